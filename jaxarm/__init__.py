@@ -18,3 +18,10 @@ from .dynamics import (
 from .kinematics import forward_kinematics, jacobian, tool_pose
 
 __version__ = "0.1.0"
+from .batch import rollout_batch
+from .controllers import computed_torque_controller, pd_controller
+from .integrators import euler, rk3, rk4, semi_implicit_euler
+from .motors import DAC, motor_current, motor_torque, motor_voltage, saturate_voltage
+from .simulate import DivergenceError, Trajectory, check_divergence, rollout
+from .consistency import LinkConsistency, check_link, consistency_report, pseudo_inertia
+from . import parts

@@ -90,6 +90,10 @@ class Links:
         "torque_constant",
         "resistance",
         "voltage_limit",
+        "static_friction",
+        "stribeck_velocity",
+        "coulomb_velocity_scale",
+        "sigmoid_friction",
     ],
     [],
 )
@@ -99,6 +103,13 @@ class Drives:
     Motor-side values: motor speed is ``gear_ratio * qd``, joint torque ``gear_ratio * motor torque``.
     ``coulomb_friction[:, 0]`` applies for positive joint velocity, ``[:, 1]`` for negative
     (usually negative itself). ``torque_constant == 0`` means "no electrical motor model".
+
+    Friction models (each term is zero with its default parameters, so a joint "selects" a model
+    by the parameters it sets; see :func:`jaxarm.friction_torques`):
+    viscous ``B``; Coulomb ``Tc+/Tc-`` with exact sign (``coulomb_velocity_scale == 0``) or
+    smoothed by tanh(qd / scale); Stribeck breakaway ``static_friction`` (motor side, peak
+    magnitude Ts > |Tc|) decaying with ``stribeck_velocity`` (joint side, rad/s or m/s);
+    and the Panda's sigmoid model ``sigmoid_friction`` (n, 3) = (phi1, phi2, phi3), joint side.
     """
 
     gear_ratio: np.ndarray
@@ -108,6 +119,10 @@ class Drives:
     torque_constant: np.ndarray
     resistance: np.ndarray
     voltage_limit: np.ndarray
+    static_friction: np.ndarray
+    stribeck_velocity: np.ndarray
+    coulomb_velocity_scale: np.ndarray
+    sigmoid_friction: np.ndarray
 
 
 @_register(["position", "velocity", "torque"], [])
@@ -255,6 +270,10 @@ def make_arm(
     torque_constant=None,
     resistance=None,
     voltage_limit=None,
+    static_friction=None,
+    stribeck_velocity=None,
+    coulomb_velocity_scale=None,
+    sigmoid_friction=None,
     position_limits=None,
     velocity_limits=None,
     torque_limits=None,
@@ -325,6 +344,10 @@ def make_arm(
         torque_constant=_per_joint(torque_constant, n, "torque_constant", 0.0),
         resistance=_per_joint(resistance, n, "resistance", 0.0),
         voltage_limit=_per_joint(voltage_limit, n, "voltage_limit", np.inf),
+        static_friction=_per_joint(static_friction, n, "static_friction", 0.0),
+        stribeck_velocity=_per_joint(stribeck_velocity, n, "stribeck_velocity", 0.0),
+        coulomb_velocity_scale=_per_joint(coulomb_velocity_scale, n, "coulomb_velocity_scale", 0.0),
+        sigmoid_friction=_per_joint(sigmoid_friction, n, "sigmoid_friction", 0.0, (3,)),
     )
     pos = _per_joint(position_limits, n, "position_limits", (-np.inf, np.inf), (2,))
     limits = Limits(
@@ -384,6 +407,14 @@ def validate_arm(arm: Arm, where: str = "") -> None:
             raise ValueError(f"{j}resistance: expected >= 0, got {dr.resistance[i]}")
         if dr.torque_constant[i] < 0:
             raise ValueError(f"{j}torque_constant: expected >= 0, got {dr.torque_constant[i]}")
+        if dr.static_friction[i] < 0:
+            raise ValueError(f"{j}static_friction: expected >= 0, got {dr.static_friction[i]}")
+        if dr.static_friction[i] > 0 and not dr.stribeck_velocity[i] > 0:
+            raise ValueError(f"{j}stribeck_velocity: expected > 0 when static_friction is set, got {dr.stribeck_velocity[i]}")
+        if dr.coulomb_velocity_scale[i] < 0:
+            raise ValueError(f"{j}coulomb_velocity_scale: expected >= 0 (0 = exact sign), got {dr.coulomb_velocity_scale[i]}")
+        if dr.sigmoid_friction[i][1] < 0:
+            raise ValueError(f"{j}sigmoid_friction: expected phi2 >= 0, got {dr.sigmoid_friction[i].tolist()}")
         if not dr.voltage_limit[i] > 0:
             raise ValueError(f"{j}voltage_limit: expected > 0, got {dr.voltage_limit[i]}")
         if dr.gear_ratio[i] == 0 or not np.isfinite(dr.gear_ratio[i]):

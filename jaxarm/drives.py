@@ -13,15 +13,38 @@ def reflected_inertia(arm: Arm):
     return G * G * jnp.asarray(arm.drives.rotor_inertia)
 
 
-def friction_torques(arm: Arm, qd):
-    """Joint torque needed to overcome drive friction at joint velocity qd (n,).
+def _direction(qd, scale):
+    """sign(qd), or tanh(qd / scale) where a smoothing velocity scale is set (> 0)."""
+    safe = jnp.where(scale > 0, scale, 1.0)
+    return jnp.where(scale > 0, jnp.tanh(qd / safe), jnp.sign(qd))
 
-    Viscous B G^2 qd plus Coulomb |G| Tc+ for qd > 0 and |G| Tc- for qd < 0 (zero at rest);
-    B and Tc are motor-side values (Corke's convention, Tc- usually negative).
+
+def friction_torques(arm: Arm, qd):
+    """Joint torque (n,) needed to overcome drive friction at joint velocity qd.
+
+    Sum of the models whose parameters a joint sets (all zero by default):
+    - viscous: B G^2 qd (B motor side; Craig 6.110);
+    - Coulomb: |G| Tc+ for qd > 0, |G| Tc- for qd < 0, zero at rest (Craig 6.111), with the sign
+      smoothed to tanh(qd / s) when ``coulomb_velocity_scale`` s > 0;
+    - Stribeck: |G| (Ts - |Tc|) exp(-(qd / vs)^2) in the direction of motion, where the static
+      friction Ts (motor side) is set (Craig 6.113's static-friction peak);
+    - sigmoid (Gaz et al. 2019, the Panda model): phi1 / (1 + exp(-phi2 (qd + phi3)))
+      - phi1 / (1 + exp(-phi2 phi3)), joint side.
     """
     dr = arm.drives
     G = jnp.asarray(dr.gear_ratio)
-    viscous = jnp.asarray(dr.viscous_friction) * G * G * qd
+    absG = jnp.abs(G)
+    s = _direction(qd, jnp.asarray(dr.coulomb_velocity_scale))
     tc = jnp.asarray(dr.coulomb_friction)
-    coulomb = jnp.abs(G) * jnp.where(qd > 0, tc[:, 0], jnp.where(qd < 0, tc[:, 1], 0.0))
-    return viscous + coulomb
+    pos, neg = jnp.maximum(s, 0.0), jnp.maximum(-s, 0.0)
+    viscous = jnp.asarray(dr.viscous_friction) * G * G * qd
+    coulomb = absG * (tc[:, 0] * pos + tc[:, 1] * neg)
+    Ts = jnp.asarray(dr.static_friction)
+    vs = jnp.asarray(dr.stribeck_velocity)
+    vs_safe = jnp.where(vs > 0, vs, 1.0)
+    tc_mag = jnp.where(qd >= 0, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
+    stribeck = jnp.where(Ts > 0, absG * (Ts - tc_mag) * jnp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
+    phi = jnp.asarray(dr.sigmoid_friction)
+    p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]
+    sigmoid = p1 * (jnp.reciprocal(1.0 + jnp.exp(-p2 * (qd + p3))) - jnp.reciprocal(1.0 + jnp.exp(-p2 * p3)))
+    return viscous + coulomb + stribeck + sigmoid
