@@ -25,3 +25,6 @@ from .motors import DAC, motor_current, motor_torque, motor_voltage, saturate_vo
 from .simulate import DivergenceError, Trajectory, check_divergence, rollout
 from .consistency import LinkConsistency, check_link, consistency_report, pseudo_inertia
 from . import parts
+from .arm_files import ArmFileError, PhysicalConsistencyWarning, bundled_arms, load_arm, save_arm
+from .mjcf import save_mjcf, to_mjcf
+from .urdf import UrdfError, load_urdf, save_urdf

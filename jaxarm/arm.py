@@ -480,8 +480,10 @@ def body_model(arm: Arm) -> Bodies:
     """Reduce any convention to placements + motion about local z, with inertias per body."""
     n = arm.n
     kin = arm.kinematics
-    dtype = jnp.result_type(float)
-    asf = lambda x: jnp.asarray(x, dtype=jnp.result_type(x, dtype))  # noqa: E731
+    def asf(x):  # keep the arm's own float dtype (float32 arms stay float32); ints become floats
+        x = jnp.asarray(x)
+        return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
+
     links = jax.tree_util.tree_map(asf, arm.links)
     payload = jax.tree_util.tree_map(asf, arm.payload)
     tool = asf(arm.tool)

@@ -85,9 +85,15 @@ Optional per-joint drive (motor side, Corke's convention; defaults: direct drive
     resistance = 2.1                     # R, ohm
     voltage_limit = 40.0                 # V, > 0; default inf
 
-The motor table also accepts every further per-joint drive parameter that
-:func:`jaxarm.arm.make_arm` takes under the name of its :class:`~jaxarm.arm.Drives` field
-(see :data:`MOTOR_FIELDS`), with the same shape per joint.
+The motor table accepts exactly the :class:`~jaxarm.arm.Drives` fields that
+:func:`jaxarm.arm.make_arm` takes (:data:`MOTOR_FIELDS`), one value per joint of the shape
+``Drives`` holds per joint; today also the further friction models (see
+:func:`jaxarm.drives.friction_torques`)::
+
+    static_friction = 0.5                # Ts, N m at the motor (Stribeck peak, > |Tc|)
+    stribeck_velocity = 0.05             # rad/s (or m/s) at the joint; > 0 when Ts is set
+    coulomb_velocity_scale = 0.01        # smooth sign(qd) as tanh(qd / scale); 0 = exact sign
+    sigmoid_friction = [0.546, 5.12, 0.0395]   # Gaz et al. 2019 (Panda): phi1 N m, phi2 s/rad, phi3 rad/s
 
 Errors and warnings
 -------------------
@@ -104,8 +110,8 @@ inconsistency, and is not reported.
 from __future__ import annotations
 
 import inspect
-import json
 import os
+import stat
 import sys
 import tempfile
 import warnings
@@ -207,17 +213,21 @@ def _show(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _number(value, pre: str, field: str) -> float:
+def _number(value, pre: str, field: str, finite: bool = True) -> float:
+    """A TOML integer or float (not a bool); finite unless ``finite=False`` (limits may be inf)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ArmFileError(f"{pre}{field}: expected a number, got {_show(value)}")
-    return float(value)
+    value = float(value)
+    if finite and not np.isfinite(value):
+        raise ArmFileError(f"{pre}{field}: expected a finite number, got {value}")
+    return value
 
 
-def _vector(value, length: int, pre: str, field: str) -> np.ndarray:
+def _vector(value, length: int, pre: str, field: str, finite: bool = True) -> np.ndarray:
     if not isinstance(value, list) or len(value) != length:
         got = f"{len(value)} values" if isinstance(value, list) else _show(value)
         raise ArmFileError(f"{pre}{field}: expected a list of {length} numbers, got {got}")
-    return np.array([_number(v, pre, f"{field}[{k}]") for k, v in enumerate(value)], dtype=np.float64)
+    return np.array([_number(v, pre, f"{field}[{k}]", finite) for k, v in enumerate(value)], dtype=np.float64)
 
 
 def _matrix(value, rows: int, cols: int, pre: str, field: str) -> np.ndarray:
@@ -260,9 +270,9 @@ def _transform(value, pre: str, field: str) -> np.ndarray:
     raise ArmFileError(f"{pre}{field}: expected a 4x4 transform or an inline table {{ xyz = [..], rpy = [..] }}, got {_show(value)}")
 
 
-def _table(value, pre: str, field: str, allowed) -> Mapping:
+def _table(value, pre: str, field: str, allowed, header: str) -> Mapping:
     if not isinstance(value, Mapping):
-        raise ArmFileError(f"{pre}{field}: expected a table ([{field}] or {field} = {{ ... }}), got {_show(value)}")
+        raise ArmFileError(f"{pre}{field}: expected a table ([{header}] or {field} = {{ ... }}), got {_show(value)}")
     for key in value:
         if key not in allowed:
             raise ArmFileError(f"{pre}{field}.{key}: unknown field; expected one of: {', '.join(allowed)}")
@@ -273,11 +283,11 @@ def _default_arm(types, convention) -> Arm:
     return make_arm(types, convention=convention)
 
 
-def _per_joint_value(value, tail: tuple, pre: str, field: str) -> np.ndarray:
+def _per_joint_value(value, tail: tuple, pre: str, field: str, finite: bool = True) -> np.ndarray:
     if tail == ():
-        return np.asarray(_number(value, pre, field))
+        return np.asarray(_number(value, pre, field, finite))
     if len(tail) == 1:
-        return _vector(value, tail[0], pre, field)
+        return _vector(value, tail[0], pre, field, finite)
     return _matrix(value, tail[0], tail[1], pre, field)  # pragma: no cover - no such field today
 
 
@@ -364,13 +374,14 @@ def _arm_from_dict(data: Mapping, where: str, default_name: str) -> Arm:
             if "inertia" in joint:
                 inertia[i] = _inertia(joint["inertia"], pre)
 
-        limits = _table(joint.get("limits", {}), pre, "limits", LIMIT_FIELDS)
+        limits = _table(joint.get("limits", {}), pre, "limits", LIMIT_FIELDS, "joint.limits")
         row = {}
         for f, value in limits.items():
-            row[f] = _vector(value, 2, pre, f"limits.{f}") if f == "position" else _number(value, pre, f"limits.{f}")
+            field = f"limits.{f}"
+            row[f] = _vector(value, 2, pre, field, False) if f == "position" else _number(value, pre, field, False)
         limit_rows.append(row)
 
-        motor = _table(joint.get("motor", {}), pre, "motor", MOTOR_FIELDS)
+        motor = _table(joint.get("motor", {}), pre, "motor", MOTOR_FIELDS, "joint.motor")
         motor_rows.append(dict(motor))
 
     # Drive and limit arrays start from make_arm's defaults; each joint overrides what it gives.
@@ -392,7 +403,7 @@ def _arm_from_dict(data: Mapping, where: str, default_name: str) -> Arm:
             elif f == "coulomb_friction":
                 arr[i] = _vector(value, 2, pre, "motor.coulomb_friction")
             else:
-                arr[i] = _per_joint_value(value, tail, pre, f"motor.{f}")
+                arr[i] = _per_joint_value(value, tail, pre, f"motor.{f}", finite=f != "voltage_limit")
         if given:
             kwargs[f] = arr
     for f, arg in _LIMIT_ARGS.items():
@@ -422,7 +433,7 @@ def _arm_from_dict(data: Mapping, where: str, default_name: str) -> Arm:
         raise ArmFileError(f"{where}: {exc}") from None
 
     if "payload" in data:
-        payload = _table(data["payload"], top, "payload", PAYLOAD_FIELDS)
+        payload = _table(data["payload"], top, "payload", PAYLOAD_FIELDS, "payload")
         p_mass = _number(payload["mass"], top, "payload.mass") if "mass" in payload else 0.0
         p_com = _vector(payload["com"], 3, top, "payload.com") if "com" in payload else np.zeros(3)
         p_inertia = _inertia(payload["inertia"], top, "payload.inertia") if "inertia" in payload else np.zeros((3, 3))
@@ -452,15 +463,25 @@ def _check_consistency(arm: Arm, where: str, strict: bool, stacklevel: int = 2) 
         warnings.warn(msg, PhysicalConsistencyWarning, stacklevel=stacklevel)
 
 
-def load_arm(name_or_path, *, strict: bool = False) -> Arm:
+def load_arm(name_or_path, *, strict: bool = False, **urdf_options) -> Arm:
     """Load an arm file (schema: this module's docstring) into a validated :class:`Arm`.
 
     ``name_or_path``: a bare name such as ``"puma560"`` (no suffix, no slash) loads the bundled
     ``arms/puma560.toml``; anything else is a path. Every problem raises :class:`ArmFileError`
     naming the file, the joint (1-based) and the field. Physically inconsistent links give a
     :class:`PhysicalConsistencyWarning`, or an :class:`ArmFileError` with ``strict=True``.
+    A ``.urdf`` path is read by :func:`jaxarm.urdf.load_urdf` (options ``base_link``,
+    ``tip_link``, ``gravity``), with the same consistency check.
     """
     path = _resolve(name_or_path)
+    if path.suffix.lower() == ".urdf":
+        from .urdf import load_urdf
+
+        arm = load_urdf(path, **urdf_options)
+        _check_consistency(arm, str(path), strict, stacklevel=3)
+        return arm
+    if urdf_options:
+        raise ArmFileError(f"{path}: {', '.join(sorted(urdf_options))}: options only for .urdf files")
     where = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -511,7 +532,11 @@ def _inertia_text(I) -> str:
 
 
 def _string(s: str) -> str:
-    return json.dumps(s)  # a JSON string is a valid TOML basic string
+    """A TOML basic string: quote and backslash escaped, control characters as \\uXXXX."""
+    body = "".join(
+        "\\" + ch if ch in '"\\' else f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in s
+    )
+    return f'"{body}"'
 
 
 def arm_to_toml(arm: Arm, *, comment: str | None = None) -> str:
@@ -539,7 +564,9 @@ def arm_to_toml(arm: Arm, *, comment: str | None = None) -> str:
 
     lines = []
     if comment:
-        lines += [f"# {line}".rstrip() for line in comment.splitlines()]
+        for line in comment.splitlines():  # TOML comments may hold tabs but no other control characters
+            clean = "".join(ch if ch == "\t" or (ord(ch) >= 0x20 and ord(ch) != 0x7F) else " " for ch in line)
+            lines.append(f"# {clean}".rstrip())
         lines.append("")
     lines.append(f"name = {_string(arm.name)}")
     lines.append(f"convention = {_string(arm.convention)}")
@@ -602,6 +629,7 @@ def save_arm(arm: Arm, path, *, comment: str | None = None) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600; keep the old file's mode or the umask's
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -611,6 +639,15 @@ def save_arm(arm: Arm, path, *, comment: str | None = None) -> Path:
         raise
     _fsync_dir(folder)
     return path
+
+
+def _file_mode(path: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -44,6 +44,6 @@ def computed_torque_controller(model: Arm, kp, kd, q_target, qd_target=0.0, qdd_
         ed = _target(qd_target, t) - qd
         v = _target(qdd_target, t) + kd * ed + kp * e
         bodies = body_model(model)
-        return _mass_matrix(model, bodies, q) @ v + _bias(model, bodies, q, qd) + drives.friction_torques(model, qd)
+        return _mass_matrix(model, bodies, q) @ v + _bias(model, bodies, q, qd) + drives._friction_torques(model, qd)
 
     return policy

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from . import checks
 from .arm import Arm
 
 
 def reflected_inertia(arm: Arm):
     """Rotor inertia seen at each joint, G^2 Jm (n,)."""
+    checks.check_arm(arm, "reflected_inertia")
+    return _reflected_inertia(arm)
+
+
+def _reflected_inertia(arm: Arm):
     G = jnp.asarray(arm.drives.gear_ratio)
     return G * G * jnp.asarray(arm.drives.rotor_inertia)
 
@@ -31,18 +37,24 @@ def friction_torques(arm: Arm, qd):
     - sigmoid (Gaz et al. 2019, the Panda model): phi1 / (1 + exp(-phi2 (qd + phi3)))
       - phi1 / (1 + exp(-phi2 phi3)), joint side.
     """
+    checks.check_arm(arm, "friction_torques")
+    qd = checks.joint_vector(qd, arm, "qd", "friction_torques")
+    return _friction_torques(arm, qd)
+
+
+def _friction_torques(arm: Arm, qd):
     dr = arm.drives
     G = jnp.asarray(dr.gear_ratio)
     absG = jnp.abs(G)
     s = _direction(qd, jnp.asarray(dr.coulomb_velocity_scale))
     tc = jnp.asarray(dr.coulomb_friction)
-    pos, neg = jnp.maximum(s, 0.0), jnp.maximum(-s, 0.0)
+    forward = qd >= 0  # which Coulomb level applies; s carries the (smoothed) direction
     viscous = jnp.asarray(dr.viscous_friction) * G * G * qd
-    coulomb = absG * (tc[:, 0] * pos + tc[:, 1] * neg)
+    coulomb = absG * jnp.where(forward, tc[:, 0], -tc[:, 1]) * s
     Ts = jnp.asarray(dr.static_friction)
     vs = jnp.asarray(dr.stribeck_velocity)
     vs_safe = jnp.where(vs > 0, vs, 1.0)
-    tc_mag = jnp.where(qd >= 0, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
+    tc_mag = jnp.where(forward, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
     stribeck = jnp.where(Ts > 0, absG * (Ts - tc_mag) * jnp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
     phi = jnp.asarray(dr.sigmoid_friction)
     p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import checks, drives, spatial
+from . import checks, drives, linalg, spatial
 from .arm import Arm, Bodies, body_model, joint_transform
 from .kinematics import body_poses
 
@@ -114,7 +114,7 @@ def _inverse_dynamics(arm, q, qd, qdd, f_ext=None):
     bodies = body_model(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, qdd)
     tau, _ = _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)
-    return tau + drives.reflected_inertia(arm) * qdd + drives.friction_torques(arm, qd)
+    return tau + drives._reflected_inertia(arm) * qdd + drives._friction_torques(arm, qd)
 
 
 def rigid_body_torques(arm: Arm, q, qd, qdd, f_ext=None):
@@ -213,7 +213,7 @@ def mass_matrix(arm: Arm, q):
 
 def _mass_matrix(arm, bodies, q):
     M = _composite_mass_matrix(arm, bodies, q)
-    return M + jnp.diag(drives.reflected_inertia(arm).astype(M.dtype))
+    return M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
 
 
 def mass_matrix_by_columns(arm: Arm, q):
@@ -224,14 +224,14 @@ def mass_matrix_by_columns(arm: Arm, q):
     zero = jnp.zeros(3, jnp.result_type(bodies.mass, q))
     eye = jnp.eye(arm.n, dtype=zero.dtype)
     cols = jax.vmap(lambda e: _rnea(arm, bodies, q, jnp.zeros_like(q), e, zero)[0])(eye)
-    return cols.T + jnp.diag(drives.reflected_inertia(arm).astype(zero.dtype))
+    return cols.T + jnp.diag(drives._reflected_inertia(arm).astype(zero.dtype))
 
 
 def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
     """Joint accelerations (n,) from applied joint torques tau (Swartz's Forward Arm).
 
     Solves M(q) qdd = tau - bias(q, qd) - friction(qd) with a Cholesky factorization of M
-    (symmetric positive definite for a physically meaningful arm).
+    (symmetric positive definite for a physically meaningful arm), unrolled over the joints.
     """
     q, qd, tau = _state(arm, "forward_dynamics", q=q, qd=qd, tau=tau)
     f_ext = checks.wrench(f_ext, "f_ext", "forward_dynamics")
@@ -241,9 +241,8 @@ def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
 def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     bodies = body_model(arm)
     M = _mass_matrix(arm, bodies, q)
-    rhs = tau - _bias(arm, bodies, q, qd, f_ext) - drives.friction_torques(arm, qd)
-    factor = jax.scipy.linalg.cho_factor(M, lower=True)
-    return jax.scipy.linalg.cho_solve(factor, rhs)
+    rhs = tau - _bias(arm, bodies, q, qd, f_ext) - drives._friction_torques(arm, qd)
+    return linalg.cholesky_solve(M, rhs)
 
 
 def coriolis_matrix(arm: Arm, q, qd):

@@ -12,10 +12,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import checks
 from .arm import Arm
 
 
 def _require_motor_model(arm: Arm, func: str) -> None:
+    checks.check_arm(arm, func)
     kt, r = arm.drives.torque_constant, arm.drives.resistance
     if isinstance(kt, jax.core.Tracer) or isinstance(r, jax.core.Tracer):
         return
@@ -32,6 +34,7 @@ def _require_motor_model(arm: Arm, func: str) -> None:
 
 def saturate_voltage(arm: Arm, V):
     """Clip each motor voltage to +/- its drive's voltage_limit."""
+    checks.check_arm(arm, "saturate_voltage")
     lim = jnp.asarray(arm.drives.voltage_limit)
     return jnp.clip(V, -lim, lim)
 
@@ -42,6 +45,12 @@ def motor_torque(arm: Arm, V, qd, *, saturate: bool = True):
     V is first clipped at the drive's voltage limit unless ``saturate=False``.
     """
     _require_motor_model(arm, "motor_torque")
+    V = checks.joint_vector(V, arm, "V", "motor_torque")
+    qd = checks.joint_vector(qd, arm, "qd", "motor_torque")
+    return _motor_torque(arm, V, qd, saturate)
+
+
+def _motor_torque(arm: Arm, V, qd, saturate: bool = True):
     dr = arm.drives
     G, Kt, R = (jnp.asarray(x) for x in (dr.gear_ratio, dr.torque_constant, dr.resistance))
     if saturate:
@@ -52,6 +61,8 @@ def motor_torque(arm: Arm, V, qd, *, saturate: bool = True):
 def motor_current(arm: Arm, V, qd, *, saturate: bool = True):
     """Armature current (V - Kt G qd) / R (Swartz eq 11 solved for the current)."""
     _require_motor_model(arm, "motor_current")
+    V = checks.joint_vector(V, arm, "V", "motor_current")
+    qd = checks.joint_vector(qd, arm, "qd", "motor_current")
     dr = arm.drives
     G, Kt, R = (jnp.asarray(x) for x in (dr.gear_ratio, dr.torque_constant, dr.resistance))
     if saturate:
@@ -63,6 +74,8 @@ def motor_voltage(arm: Arm, tau, qd):
     """Voltage that produces joint torque tau at joint velocity qd: R tau / (G Kt) + Kt G qd
     (Swartz eq 11 with the gearbox). Not saturated: compare with arm.drives.voltage_limit."""
     _require_motor_model(arm, "motor_voltage")
+    tau = checks.joint_vector(tau, arm, "tau", "motor_voltage")
+    qd = checks.joint_vector(qd, arm, "qd", "motor_voltage")
     dr = arm.drives
     G, Kt, R = (jnp.asarray(x) for x in (dr.gear_ratio, dr.torque_constant, dr.resistance))
     return R * tau / (G * Kt) + Kt * G * qd

@@ -87,6 +87,7 @@ def rollout(
     t0=0.0,
     bound=1e6,
     checkpoint: bool = False,
+    saturate: bool = True,
     on_divergence: str = "raise",
 ) -> Trajectory:
     """Simulate T steps of length dt from (q0, qd0).
@@ -100,6 +101,8 @@ def rollout(
     method: "rk3" (default, Kutta), "rk4", "euler" (Craig 6.117), "semi_implicit_euler" or a
         step function (see :mod:`jaxarm.integrators`).
     bound: a step whose |q| or |qd| exceeds this, or is not finite, counts as divergence.
+    saturate: clip torque inputs at the joints' torque limits (``arm.limits.torque``, infinite by
+        default) as a real drive would; voltage inputs are always clipped at ``voltage_limit``.
     checkpoint: rematerialize each step in reverse mode (``jax.checkpoint``) so gradients through
         long rollouts need memory for the states only.
     on_divergence: "raise" raises :class:`DivergenceError` when the result is concrete (outside
@@ -148,8 +151,12 @@ def rollout(
             u = dac(u)
         return u
 
+    tau_limit = jnp.asarray(arm.limits.torque, dtype)
+
     def torque_of(u, qd):
-        return motors.motor_torque(arm, u, qd) if input == "voltage" else u
+        if input == "voltage":
+            return motors._motor_torque(arm, u, qd)
+        return jnp.clip(u, -tau_limit, tau_limit) if saturate else u
 
     def body(carry, k):
         q, qd, u_held, diverged = carry

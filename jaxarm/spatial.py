@@ -91,12 +91,18 @@ def rpy_to_matrix(rpy):
 
 
 def matrix_to_rpy(R):
-    """Inverse of :func:`rpy_to_matrix` (pitch in [-pi/2, pi/2])."""
+    """Fixed-axis roll, pitch, yaw of a rotation, R = Rz(y) Ry(p) Rx(r), accurate even at
+    pitch = +-pi/2 (gimbal lock).
+
+    Yaw is read from the first column; roll and pitch from Rz(y)^T R = Ry(p) Rx(r), whose
+    entries (1, 1), (1, 2) are cos r, -sin r and (0, 0), (2, 0) are cos p, -sin p. In gimbal
+    lock the first column is rounding noise and yaw arbitrary, but the residual Rz(y)^T R
+    still reconstructs R to rounding. No branches, so it is safe in traced code.
+    """
     xp = _xp(R)
-    pitch = xp.arctan2(-R[2, 0], xp.sqrt(R[0, 0] ** 2 + R[1, 0] ** 2))
-    roll = xp.arctan2(R[2, 1], R[2, 2])
     yaw = xp.arctan2(R[1, 0], R[0, 0])
-    return xp.stack([roll, pitch, yaw])
+    M = mm(rot_z(-yaw), R)
+    return xp.stack([xp.arctan2(-M[1, 2], M[1, 1]), xp.arctan2(-M[2, 0], M[0, 0]), yaw])
 
 
 def transform(R, p):
@@ -115,11 +121,12 @@ def rotation_to_axis(axis):
     xp = _xp(axis)
     axis = axis / xp.sqrt((axis * axis).sum())
     # Rodrigues rotation taking z to axis; for axis ~ -z, rotate pi about x instead.
-    z = xp.asarray([0.0, 0.0, 1.0], dtype=axis.dtype if hasattr(axis, "dtype") else None)
+    dtype = axis.dtype
+    z = xp.asarray([0.0, 0.0, 1.0], dtype=dtype)
     c = axis[2]
     v = cross(z, axis)
     K = skew(v)
     safe = 1.0 / xp.where(1.0 + c > 1e-9, 1.0 + c, 1.0)
-    R_general = xp.eye(3) + K + mm(K, K) * safe
-    R_flip = rot_x(xp.asarray(np.pi))
+    R_general = xp.eye(3, dtype=dtype) + K + mm(K, K) * safe
+    R_flip = rot_x(xp.asarray(np.pi, dtype=dtype))
     return xp.where(1.0 + c > 1e-9, R_general, R_flip)

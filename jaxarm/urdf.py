@@ -68,7 +68,7 @@ import jax
 import numpy as np
 
 from .arm import Arm, body_model, make_arm
-from .spatial import rot_z, rpy_to_matrix
+from .spatial import matrix_to_rpy, rpy_to_matrix
 
 __all__ = ["UrdfError", "load_urdf", "save_urdf", "to_urdf"]
 
@@ -83,21 +83,6 @@ class UrdfError(ValueError):
 
 # --------------------------------------------------------------------------------------
 # Small geometry helpers (plain NumPy float64: this runs once, outside any trace)
-
-
-def matrix_to_rpy(R) -> np.ndarray:
-    """Fixed-axis roll, pitch, yaw of a rotation, R = Rz(y) Ry(p) Rx(r), accurate even at
-    pitch = +-pi/2 (gimbal lock).
-
-    Yaw is read from the first column; roll and pitch from Rz(y)^T R = Ry(p) Rx(r), whose
-    entries (1, 1), (1, 2) are cos r, -sin r and (0, 0), (2, 0) are cos p, -sin p. In gimbal
-    lock the first column is rounding noise and yaw arbitrary, but the residual Rz(y)^T R
-    still reconstructs R to rounding.
-    """
-    R = np.asarray(R, dtype=float)
-    yaw = np.arctan2(R[1, 0], R[0, 0])
-    M = rot_z(-yaw) @ R
-    return np.array([np.arctan2(-M[1, 2], M[1, 1]), np.arctan2(-M[2, 0], M[0, 0]), yaw])
 
 
 def _transform(xyz, rpy) -> np.ndarray:
@@ -344,13 +329,13 @@ class _Tree:
             if j.child not in reached:
                 raise UrdfError(f"{fname}: joint '{j.name}': closed kinematic chain through link '{j.child}' is not supported")
 
-    def subtree(self, link, stop=None):
-        """Links below ``link`` (itself first), depth first, not descending through joint ``stop``."""
+    def subtree(self, link):
+        """Links below ``link`` (itself first), depth first."""
         out, stack = [], [link]
         while stack:
             name = stack.pop()
             out.append(name)
-            stack.extend(j.child for j in reversed(self.children[name]) if j is not stop)
+            stack.extend(j.child for j in reversed(self.children[name]))
         return out
 
     def path(self, base, tip):
@@ -526,7 +511,7 @@ def load_urdf(path, *, base_link=None, tip_link=None, gravity=DEFAULT_GRAVITY) -
 
 def _num(x) -> str:
     """Shortest text that reads back to the same float64 (repr round-trips)."""
-    return repr(float(x))
+    return repr(float(x) + 0.0)  # + 0.0 turns -0.0 into 0.0
 
 
 def _nums(xs) -> str:
@@ -553,11 +538,11 @@ class _Canonical:
 def _canonical(arm: Arm) -> _Canonical:
     if not isinstance(arm, Arm):
         raise TypeError(f"arm: expected a jaxarm.Arm, got {type(arm).__name__}")
+    if np.ndim(arm.links.mass) != 1:
+        raise ValueError(f"arm: expected a single arm, got leaves with a batch axis (links.mass shape {np.shape(arm.links.mass)})")
     with jax.enable_x64(True):  # exact float64 whatever the global setting
         arm64 = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=np.float64), arm)
         b = jax.tree_util.tree_map(np.asarray, body_model(arm64))
-    if b.mass.ndim != 1:
-        raise ValueError(f"arm: expected a single arm, got leaves with a batch axis (links.mass shape {b.mass.shape})")
     mass = b.mass
     safe = np.where(mass > 0, mass, 1.0)
     com = np.where(mass[:, None] > 0, b.first_moment / safe[:, None], 0.0)

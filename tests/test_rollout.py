@@ -1,0 +1,404 @@
+"""jaxarm.rollout: physics (energy), inputs (voltage, hold, DAC, external wrench, policies),
+divergence handling, argument checks, differentiation, precision and batching.
+
+Each check compares against something written independently: an energy balance, a hand-written
+RK3 loop (tests.helpers_sim.kutta_rk3_step over jaxarm.forward_dynamics) with the motor model
+of Swartz eq 12 and the DAC written out in NumPy, finite differences, or a Python loop.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxarm
+from tests.helpers_sim import (
+    BLOCK,
+    energies,
+    forward_dynamics,
+    free_motion,
+    kutta_rk3_step,
+    pendulum,
+    roll,
+    sim_arm,
+    with_drives,
+    with_masses,
+)
+
+Q0, QD0 = np.array([0.3, -0.5, 0.8]), np.array([0.5, -0.3, 0.2])
+
+
+def dac_numpy(u, full_scale, bits):
+    """The nearest of the 2^bits levels -fs, -fs + step, ..., fs - step (step = 2 fs / 2^bits)."""
+    step = 2.0 * full_scale / 2**bits
+    idx = np.clip(np.round((np.asarray(u) + full_scale) / step), 0, 2**bits - 1)
+    return -full_scale + idx * step
+
+
+def hand_rollout(arm, q0, qd0, U, dt, *, voltage=False, hold=1, dac=None, f_ext=None):
+    """Independent RK3 loop: input held for `hold` steps, DAC in NumPy, the motor model evaluated
+    at every stage's velocity (Swartz eq 12 with the gearbox, voltage clipped at the limit)."""
+    G, Kt, R, Vlim = (np.asarray(getattr(arm.drives, k)) for k in ("gear_ratio", "torque_constant", "resistance", "voltage_limit"))
+
+    def torque(u, qd):
+        if not voltage:
+            return u
+        V = np.clip(u, -Vlim, Vlim)
+        return G * Kt * (V - Kt * G * qd) / R
+
+    q, qd = np.asarray(q0, float), np.asarray(qd0, float)
+    qs, us, taus = [q], [], []
+    for k in range(len(U)):
+        if k % hold == 0:
+            u = np.asarray(U[k], float)
+            if dac is not None:
+                u = dac_numpy(u, dac.full_scale, dac.bits)
+        fe = np.zeros(6) if f_ext is None else np.asarray(f_ext[k], float)
+        us.append(u)
+        taus.append(torque(u, qd))
+        f = lambda t, qs_, qds_, u=u, fe=fe: np.asarray(forward_dynamics(arm, qs_, qds_, torque(u, qds_), fe))  # noqa: E731
+        q, qd = kutta_rk3_step(f, k * dt, q, qd, dt)
+        qs.append(q)
+    return np.array(qs), np.array(us), np.array(taus)
+
+
+# --------------------------------------------------------------------------------------
+# Energy
+
+
+def test_energy_is_conserved_without_friction_or_input():
+    arm = sim_arm(1)
+    q, qd = free_motion(arm, Q0, QD0, 1e-3, 40)  # 2 s at dt = 1 ms, RK3
+    ke, pe = (np.asarray(x) for x in energies(arm, q, qd))
+    E = ke + pe
+    drift = np.max(np.abs(E - E[0])) / np.max(ke)  # relative to the kinetic energy exchanged
+    print(f"RK3, dt = 1 ms, 2 s: max |E - E0| = {np.max(np.abs(E - E[0])):.3e} J, relative to max KE {np.max(ke):.3f} J: {drift:.3e}")
+    assert np.ptp(pe) > 0.5 * np.max(ke)  # the arm really swings
+    assert drift < 1e-6
+
+
+def test_energy_decreases_monotonically_with_viscous_friction():
+    B = np.array([0.05, 0.08, 0.03])
+    arm = with_drives(sim_arm(1), viscous_friction=B, gear_ratio=[2.0, -1.5, 1.0])
+    q, qd = free_motion(arm, Q0, QD0, 1e-3, 40)
+    ke, pe = (np.asarray(x) for x in energies(arm, q, qd))
+    E = ke + pe
+    assert np.all(np.diff(E) < 0), np.max(np.diff(E))
+    # power balance: dE/dt = -sum B G^2 qd^2 (trapezoidal rule, O(dt^2))
+    dissipated = np.sum(B * arm.drives.gear_ratio**2 * qd**2, axis=1)
+    lost = np.sum(0.5 * (dissipated[1:] + dissipated[:-1])) * 1e-3
+    print(f"viscous: energy lost {E[0] - E[-1]:.6f} J, dissipated {lost:.6f} J")
+    np.testing.assert_allclose(E[0] - E[-1], lost, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# Motor voltage, hold, DAC and an external wrench schedule, all in one rollout (one compilation)
+# against the hand-written loop
+
+DAC = jaxarm.DAC(full_scale=10.0, bits=8)
+DAC_STEP = 20.0 / 256
+
+
+def motor_arm():
+    arm = with_drives(
+        sim_arm(2),
+        gear_ratio=[20.0, -15.0, 10.0],
+        torque_constant=[0.05, 0.04, 0.06],
+        resistance=[1.0, 1.5, 2.0],
+        voltage_limit=[6.0, 24.0, 24.0],  # joint 1 saturates inside the DAC's range
+        rotor_inertia=[1e-5, 2e-5, 3e-5],
+        viscous_friction=[1e-4, 1e-4, 1e-4],
+    )
+    return arm.replace(tool=np.array([[0, -1, 0, 0.1], [1, 0, 0, 0.0], [0, 0, 1, 0.2], [0, 0, 0, 1.0]]))
+
+
+@pytest.fixture(scope="module")
+def voltage_case():
+    arm = motor_arm()
+    rng = np.random.default_rng(3)
+    U = rng.uniform(-12.0, 12.0, (BLOCK, 3))
+    U[10] = [12.0, -12.0, 9.99]  # beyond the DAC's full scale on both sides
+    F = np.concatenate([rng.uniform(-20, 20, (BLOCK, 3)), rng.uniform(-3, 3, (BLOCK, 3))], 1)  # (T, 6) wrench schedule
+    traj = roll(arm, Q0, QD0, U, 0.005, f_ext=F, input="voltage", hold=5, dac=DAC)
+    return arm, U, F, traj
+
+
+def test_voltage_input_equals_hand_rk3_with_motor_model(voltage_case):
+    arm, U, F, traj = voltage_case
+    q, u, tau = hand_rollout(arm, Q0, QD0, U, 0.005, voltage=True, hold=5, dac=DAC, f_ext=F)
+    assert int(traj.diverged_step) == -1
+    assert np.ptp(q) > 0.1  # it moves
+    np.testing.assert_allclose(traj.u, u, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(traj.tau, tau, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(traj.q, q, rtol=1e-11, atol=1e-11)
+    # tau is what motor_torque gives for the held voltage at the step's starting velocity
+    np.testing.assert_allclose(traj.tau, jax.vmap(lambda v, w: jaxarm.motor_torque(arm, v, w))(traj.u, traj.qd[:-1]), rtol=1e-13)
+
+
+def test_wrench_schedule_is_applied_row_by_row(voltage_case):
+    arm, U, F, traj = voltage_case
+    without = hand_rollout(arm, Q0, QD0, U, 0.005, voltage=True, hold=5, dac=DAC)[0]
+    assert np.max(np.abs(traj.q[-1] - without[-1])) > 1e-2  # the wrench matters ...
+    reversed_rows = hand_rollout(arm, Q0, QD0, U, 0.005, voltage=True, hold=5, dac=DAC, f_ext=F[::-1])[0]
+    assert np.max(np.abs(traj.q[-1] - reversed_rows[-1])) > 1e-3  # ... and row k acts at step k
+
+
+def test_hold_keeps_the_input_over_each_block_of_5(voltage_case):
+    _, U, _, traj = voltage_case
+    u = np.asarray(traj.u).reshape(BLOCK // 5, 5, 3)
+    np.testing.assert_array_equal(u, np.repeat(u[:, :1], 5, axis=1))  # constant over each block
+    np.testing.assert_allclose(u[:, 0], dac_numpy(U[::5], 10.0, 8), atol=1e-14)  # sampled at the block's first step
+    assert np.all(np.any(np.diff(u[:, 0], axis=0) != 0, axis=1))  # and changes between blocks
+
+
+def test_dac_quantizes_and_clips_in_rollout(voltage_case):
+    _, U, _, traj = voltage_case
+    u = np.asarray(traj.u)
+    np.testing.assert_allclose(u / DAC_STEP, np.round(u / DAC_STEP), atol=1e-12)  # whole levels
+    assert u.min() >= -10.0 and u.max() <= 10.0 - DAC_STEP
+    np.testing.assert_allclose(u[10], [10.0 - DAC_STEP, -10.0, 10.0 - DAC_STEP], atol=1e-14)
+    assert np.max(np.abs(u[::5] - np.clip(U[::5], -10.0, 10.0 - DAC_STEP))) <= DAC_STEP / 2 + 1e-12
+
+
+def slider():
+    """One prismatic joint along x (gravity along -z does not act on it), mass 2 kg."""
+    return jaxarm.make_arm("P", convention="placement", axis=[[1.0, 0.0, 0.0]], mass=2.0, inertia=[[0.01, 0.02, 0.02]], name="slider")
+
+
+def test_constant_wrench_on_a_slider_without_jit():
+    """rollout called directly (no jit) with a constant (6,) wrench: the tool is pushed along the
+    joint by F_x, the other components do nothing, and RK3 integrates the constant acceleration
+    (u + F_x) / m exactly."""
+    f6 = np.array([3.0, -40.0, 25.0, 1.0, -2.0, 0.5])
+    U = np.full((20, 1), 1.0)
+    traj = jaxarm.rollout(slider(), np.array([0.1]), np.array([-0.4]), U, 0.01, f_ext=f6)
+    t = np.asarray(traj.t)
+    np.testing.assert_allclose(traj.q[:, 0], 0.1 - 0.4 * t + 0.5 * (1.0 + 3.0) / 2.0 * t**2, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(traj.qdd[:, 0], 2.0, rtol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# Policies
+
+
+@functools.partial(jax.jit, static_argnames="steps")
+def pd_rollout(arm, q0, qd0, kp, kd, q_target, dt, steps):
+    policy = jaxarm.pd_controller(kp, kd, q_target, gravity_compensation=arm)
+    return jaxarm.rollout(arm, q0, qd0, policy, dt, steps=steps, on_divergence="flag")
+
+
+def test_pd_with_gravity_compensation_converges():
+    arm = pendulum()
+    target = np.array([1.0])
+    traj = pd_rollout(arm, np.array([-0.4]), np.array([0.3]), 20.0, 4.0, target, 0.01, 400)  # 4 s
+    err = np.abs(traj.q[-1] - target).max()
+    print(f"PD + gravity compensation after 4 s: |q - q*| = {err:.2e}, |qd| = {np.abs(traj.qd[-1]).max():.2e}")
+    assert err < 1e-6 and np.abs(traj.qd[-1]).max() < 1e-5
+    # the applied torque tends to the gravity torque at the target, which is far from zero
+    g = jaxarm.gravity_torques(arm, target)
+    assert np.abs(g).max() > 1.0
+    np.testing.assert_allclose(traj.tau[-1], g, rtol=1e-5)
+    # the first torque is the PD term plus g(q0)
+    np.testing.assert_allclose(traj.tau[0], 20.0 * (target + 0.4) - 4.0 * 0.3 + jaxarm.gravity_torques(arm, np.array([-0.4])), rtol=1e-12)
+
+
+AMP, FREQ = np.array([0.2, -0.15, 0.25]), np.array([1.0, 1.5, 0.8])
+
+
+def reference(t):
+    return AMP * jnp.sin(FREQ * t), AMP * FREQ * jnp.cos(FREQ * t), -AMP * FREQ**2 * jnp.sin(FREQ * t)
+
+
+@jax.jit
+def computed_torque_rollout(arm, q0, qd0, kp, kd, dt, t0):
+    policy = jaxarm.computed_torque_controller(arm, kp, kd, lambda t: reference(t)[0], lambda t: reference(t)[1], lambda t: reference(t)[2])
+    return jaxarm.rollout(arm, q0, qd0, policy, dt, steps=BLOCK, t0=t0, on_divergence="flag")
+
+
+def tracking_error(dt, seconds=1.0, kp=1e4, kd=200.0):
+    arm = sim_arm(1)
+    q, qd, t0 = reference(0.0)[0], reference(0.0)[1], 0.0
+    err = 0.0
+    for _ in range(int(round(seconds / (BLOCK * dt)))):
+        traj = computed_torque_rollout(arm, q, qd, kp, kd, dt, t0)
+        err = max(err, float(np.max(np.abs(traj.q - reference(traj.t[:, None])[0]))))
+        q, qd, t0 = traj.q[-1], traj.qd[-1], traj.t[-1]
+    return err
+
+
+def test_computed_torque_with_perfect_model_tracks_a_sinusoid():
+    """The policy is sampled once per step and held (zero-order hold), so even a perfect model
+    leaves an O(dt) tracking error (~ dt jerk / (2 kp)); here it is below 1e-6 at dt = 1 ms."""
+    e1, e2 = tracking_error(1e-3), tracking_error(5e-4)
+    print(f"computed torque: max tracking error {e1:.2e} (dt = 1 ms), {e2:.2e} (dt = 0.5 ms), ratio {e1 / e2:.2f}")
+    assert e1 < 1e-6
+    assert 1.8 < e1 / e2 < 2.2  # first order in dt: the held input, not a model error
+
+
+# --------------------------------------------------------------------------------------
+# Divergence and argument checks
+
+
+def test_divergence_raises_naming_the_step():
+    U = np.zeros((12, 1))
+    U[7] = 1e30
+    with pytest.raises(jaxarm.DivergenceError, match=r"step 7 \(t = 0\.08 s\)"):
+        jaxarm.rollout(slider(), np.zeros(1), np.zeros(1), U, 0.01)
+
+
+def test_divergence_flag_freezes_the_state():
+    arm = sim_arm(1)
+    U = np.zeros((BLOCK, 3))
+    U[17, 1] = 1e30
+    traj = roll(arm, Q0, QD0, U, 0.01)
+    clean = roll(arm, Q0, QD0, np.zeros((BLOCK, 3)), 0.01)
+    assert int(traj.diverged_step) == 17
+    assert np.all(np.isfinite(traj.q)) and np.all(np.isfinite(traj.qd))
+    np.testing.assert_array_equal(traj.q[:18], clean.q[:18])  # untouched up to the bad step
+    np.testing.assert_array_equal(traj.q[17:], np.broadcast_to(traj.q[17], (BLOCK - 16, 3)))  # frozen after it
+    np.testing.assert_array_equal(traj.qd[17:], np.broadcast_to(traj.qd[17], (BLOCK - 16, 3)))
+    assert int(clean.diverged_step) == -1
+    with pytest.raises(jaxarm.DivergenceError, match="step 17"):
+        jaxarm.check_divergence(traj)
+    assert jaxarm.check_divergence(clean) is clean
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_schedule_is_rejected(bad):
+    U = np.zeros((5, 3))
+    U[2, 1] = bad
+    with pytest.raises(ValueError, match="inputs.*NaN or inf"):
+        jaxarm.rollout(sim_arm(1), Q0, QD0, U, 0.01)
+
+
+@pytest.mark.parametrize("dt", [0.0, -0.01])
+def test_non_positive_dt_is_rejected(dt):
+    with pytest.raises(ValueError, match="dt"):
+        jaxarm.rollout(sim_arm(1), Q0, QD0, np.zeros((5, 3)), dt)
+
+
+@pytest.mark.parametrize("shape", [(5, 2), (5,), (5, 3, 1), (5, 4)])
+def test_wrong_schedule_shape_names_inputs(shape):
+    with pytest.raises(ValueError, match=r"inputs.*\(T, 3\)"):
+        jaxarm.rollout(sim_arm(1), Q0, QD0, np.zeros(shape), 0.01)
+
+
+def test_other_argument_errors():
+    arm = sim_arm(1)
+    with pytest.raises(ValueError, match="f_ext"):
+        jaxarm.rollout(arm, Q0, QD0, np.zeros((5, 3)), 0.01, f_ext=np.zeros((4, 6)))
+    with pytest.raises(ValueError, match="steps"):
+        jaxarm.rollout(arm, Q0, QD0, jaxarm.pd_controller(1.0, 1.0, Q0), 0.01)
+    with pytest.raises(ValueError, match="q0"):
+        jaxarm.rollout(arm, np.zeros(2), QD0, np.zeros((5, 3)), 0.01)
+    with pytest.raises(ValueError, match="hold"):
+        jaxarm.rollout(arm, Q0, QD0, np.zeros((5, 3)), 0.01, hold=0)
+    with pytest.raises(ValueError, match="input"):
+        jaxarm.rollout(arm, Q0, QD0, np.zeros((5, 3)), 0.01, input="current")
+    with pytest.raises(ValueError, match="on_divergence"):
+        jaxarm.rollout(arm, Q0, QD0, np.zeros((5, 3)), 0.01, on_divergence="ignore")
+
+
+# --------------------------------------------------------------------------------------
+# Gradients (the pendulum and Euler steps keep the reverse-mode compilation short; the scan, the
+# divergence masking and the checkpointing are the same for every arm and method)
+
+P_Q0, P_QD0 = np.array([0.4]), np.array([-0.2])
+U_PENDULUM = 0.5 * np.sin(np.linspace(0.0, 3.0, BLOCK))[:, None]
+
+
+def loss_of(traj):
+    return jnp.sum(jnp.sin(traj.q[-1])) + 0.1 * jnp.sum(traj.qd[-1] ** 2) + 0.01 * jnp.sum(traj.q**2)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+@functools.partial(jax.grad, argnums=(0, 1))
+def loss_grad(arm, u, checkpoint):
+    traj = jaxarm.rollout(arm, P_Q0, P_QD0, u, 0.01, method="euler", checkpoint=checkpoint, on_divergence="flag")
+    return loss_of(traj)
+
+
+def loss_value(arm, u):
+    return float(loss_of(roll(arm, P_Q0, P_QD0, u, 0.01, method="euler")))
+
+
+def test_grad_through_rollout_matches_finite_differences():
+    arm = pendulum()
+    g_arm, g_u = loss_grad(arm, U_PENDULUM, False)
+    h = 1e-6
+    rows = range(0, BLOCK, 7)
+    fd_u = [(loss_value(arm, U_PENDULUM + h * e) - loss_value(arm, U_PENDULUM - h * e)) / (2 * h)
+            for e in np.eye(BLOCK)[list(rows), :, None]]
+    np.testing.assert_allclose(np.asarray(g_u)[list(rows), 0], fd_u, rtol=1e-6, atol=1e-9)
+    m = arm.links.mass
+    fd_m = (loss_value(with_masses(arm, m + h), U_PENDULUM) - loss_value(with_masses(arm, m - h), U_PENDULUM)) / (2 * h)
+    print(f"dloss/dmass = {float(g_arm.links.mass[0]):.9f} (finite differences {fd_m:.9f})")
+    assert abs(fd_m) > 1e-3
+    np.testing.assert_allclose(g_arm.links.mass, [fd_m], rtol=1e-6)
+
+
+def test_checkpointed_gradient_equals_plain_gradient():
+    arm = pendulum()
+    plain = loss_grad(arm, U_PENDULUM, False)
+    ckpt = loss_grad(arm, U_PENDULUM, True)
+    for a, b in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(ckpt)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+# --------------------------------------------------------------------------------------
+# Precision
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
+    "jaxarm/arm.py body_model (line 483): dtype = jnp.result_type(float) is float64 under "
+    "jax_enable_x64, so asf() promotes a float32 arm's leaves to float64; forward_dynamics of a "
+    "float32 arm returns float64 and rollout's scan fails (carry float32[3] vs float64[3])"))
+def test_float32_arm_agrees_with_float64():
+    arm = sim_arm(1)
+    U = np.random.default_rng(9).uniform(-2, 2, (BLOCK, 3))
+    ref = roll(arm, Q0, QD0, U, 0.01)
+    low = roll(arm.astype(jnp.float32), Q0.astype(np.float32), QD0.astype(np.float32), U, 0.01)
+    assert low.q.dtype == jnp.float32 and low.tau.dtype == jnp.float32
+    err = np.max(np.abs(np.asarray(low.q, float) - ref.q))
+    print(f"float32 vs float64 over {BLOCK} steps: max |dq| = {err:.2e}")
+    assert err < 1e-4
+
+
+# --------------------------------------------------------------------------------------
+# Batches (pendulums with Euler steps: the loop reuses the gradient tests' compilation;
+# jaxarm.rollout_batch with batches not divisible by the device count is in test_sharding.py)
+
+vmapped_rollout = jax.jit(jax.vmap(functools.partial(jaxarm.rollout, dt=0.01, method="euler", on_divergence="flag")))
+
+
+def test_vmap_over_states_inputs_and_arms_equals_a_loop():
+    arms = [pendulum(mass=m) for m in (1.5, 2.5, 0.8)]
+    rng = np.random.default_rng(11)
+    q0, qd0 = rng.uniform(-1, 1, (3, 1)), rng.uniform(-0.5, 0.5, (3, 1))
+    U = rng.uniform(-2.0, 2.0, (3, BLOCK, 1))
+    traj = vmapped_rollout(jaxarm.stack_arms(arms), q0, qd0, U)
+    for i, (a, q, v, u) in enumerate(zip(arms, q0, qd0, U)):
+        one = roll(a, q, v, u, 0.01, method="euler")
+        for name in ("q", "qd", "qdd", "tau", "u", "t"):
+            np.testing.assert_allclose(getattr(traj, name)[i], getattr(one, name), rtol=1e-12, atol=1e-12, err_msg=f"{name}[{i}]")
+    assert traj.q.shape == (3, BLOCK + 1, 1) and traj.diverged_step.shape == (3,)
+    # the same initial state and input with a different mass gives a different motion
+    same = vmapped_rollout(jaxarm.stack_arms(arms), np.repeat(q0[:1], 3, 0), np.repeat(qd0[:1], 3, 0), np.repeat(U[:1], 3, 0))
+    assert not np.allclose(same.q[0, -1], same.q[1, -1])
+
+
+def test_batch_argument_errors():
+    base = sim_arm(1)
+    other = sim_arm(1).replace(name="other")
+    with pytest.raises(ValueError, match=r"arms\[1\]"):
+        jaxarm.stack_arms([base, other])
+    with pytest.raises(ValueError, match="q0, qd0"):
+        jaxarm.rollout_batch(base, Q0, QD0, np.zeros((5, 3)), 0.01)
+    with pytest.raises(ValueError, match="inputs"):
+        jaxarm.rollout_batch(base, np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((3, 5, 3)), 0.01)
+    with pytest.raises(ValueError, match="arm_batched"):
+        jaxarm.rollout_batch(jaxarm.stack_arms([base] * 3), np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 5, 3)), 0.01, arm_batched=True)
