@@ -18,6 +18,22 @@ from .arm import Arm
 from .simulate import Trajectory, check_divergence, rollout
 
 
+@functools.partial(jax.jit, static_argnames=("arm_batched", "inputs_batched", "options"))
+def _schedule_kernel(arm, q0, qd0, inputs, dt, f_ext, *, arm_batched, inputs_batched, options):
+    def one(a, q, qd, u):
+        return rollout(a, q, qd, u, dt, f_ext=f_ext, on_divergence="flag", **dict(options))
+
+    return jax.vmap(one, in_axes=(0 if arm_batched else None, 0, 0, 0 if inputs_batched else None))(arm, q0, qd0, inputs)
+
+
+@functools.partial(jax.jit, static_argnames=("policy", "arm_batched", "options"))
+def _policy_kernel(arm, q0, qd0, dt, f_ext, *, policy, arm_batched, options):
+    def one(a, q, qd):
+        return rollout(a, q, qd, policy, dt, f_ext=f_ext, on_divergence="flag", **dict(options))
+
+    return jax.vmap(one, in_axes=(0 if arm_batched else None, 0, 0))(arm, q0, qd0)
+
+
 def rollout_batch(
     arm: Arm,
     q0,
@@ -38,11 +54,15 @@ def rollout_batch(
     :func:`jaxarm.stack_arms` with ``arm_batched=True``. Other keywords go to :func:`jaxarm.rollout`.
     The batch is padded to a multiple of the device count and trimmed afterwards, so the result
     equals ``jax.vmap(rollout)`` exactly. Returns a Trajectory whose arrays have a leading axis B.
+    Compiled kernels are cached: repeated calls with the same shapes and options do not recompile
+    (a policy is part of the cache key, so reuse the same policy object).
     """
     q0, qd0 = jnp.asarray(q0), jnp.asarray(qd0)
     if q0.ndim != 2 or q0.shape != qd0.shape:
         raise ValueError(f"rollout_batch: q0, qd0: expected matching shapes (B, n), got {q0.shape} and {qd0.shape}")
     B = q0.shape[0]
+    if not isinstance(dt, jax.core.Tracer) and not float(dt) > 0:
+        raise ValueError(f"rollout_batch: dt: expected a positive time step, got {dt!r}")
     policy = callable(inputs)
     if policy:
         inputs_batched = False
@@ -63,32 +83,32 @@ def rollout_batch(
         reps = jnp.concatenate([x, jnp.repeat(x[-1:], padded - B, axis=0)])  # pad with copies, never garbage
         return reps
 
-    single = functools.partial(rollout, dt=dt, on_divergence="flag", **kwargs)
-    arm_axis = 0 if arm_batched else None
-    in_axis = 0 if inputs_batched else None
-    if policy:
-        f = lambda a, q, qd: single(a, q, qd, inputs)  # noqa: E731
-        fn = jax.vmap(f, in_axes=(arm_axis, 0, 0))
-        args = (arm, pad(q0), pad(qd0))
-    else:
-        fn = jax.vmap(single, in_axes=(arm_axis, 0, 0, in_axis))
-        args = (arm, pad(q0), pad(qd0), pad(inputs) if inputs_batched else jnp.asarray(inputs))
-    if arm_batched:
-        args = (jax.tree_util.tree_map(pad, arm),) + args[1:]
-
+    f_ext = kwargs.pop("f_ext", None)
+    options = tuple(sorted(kwargs.items()))
+    try:
+        hash(options)
+    except TypeError:
+        raise ValueError("rollout_batch: keyword options must be hashable (pass arrays as f_ext)") from None
+    args = [
+        jax.tree_util.tree_map(pad, arm) if arm_batched else arm,
+        pad(q0),
+        pad(qd0),
+        inputs if policy else (pad(inputs) if inputs_batched else jnp.asarray(inputs)),
+        jnp.asarray(dt),
+        f_ext,
+    ]
+    # Lay the batch axis over a 1-D mesh; the jitted kernel follows the data's sharding.
     mesh = Mesh(np.array(devices), ("batch",))
-    batched = NamedSharding(mesh, P("batch"))
-    replicated = NamedSharding(mesh, P())
-
-    def sharding_for(x, is_batched):
-        return batched if is_batched else replicated
-
-    flags = [arm_batched, True, True] + ([] if policy else [inputs_batched])
-    in_shardings = tuple(
-        jax.tree_util.tree_map(lambda x, b=b: sharding_for(x, b), a) for a, b in zip(args, flags)
-    )
-    args = jax.device_put(args, in_shardings)
-    traj = jax.jit(fn, in_shardings=in_shardings, out_shardings=batched)(*args)
+    batched, replicated = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
+    flags = [arm_batched, True, True, inputs_batched and not policy, False, False]
+    for k, (a, b) in enumerate(zip(args, flags)):
+        if k == 3 and policy:
+            continue
+        args[k] = jax.device_put(a, batched if b else replicated)
+    if policy:
+        traj = _policy_kernel(args[0], args[1], args[2], args[4], args[5], policy=inputs, arm_batched=arm_batched, options=options)
+    else:
+        traj = _schedule_kernel(*args, arm_batched=arm_batched, inputs_batched=inputs_batched, options=options)
     if padded != B:
         traj = jax.tree_util.tree_map(lambda x: x[:B], traj)
     if on_divergence == "raise":

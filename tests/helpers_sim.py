@@ -4,8 +4,9 @@ Compiling a rollout costs seconds while running one costs milliseconds, so the s
 use two arm *structures* (the static part of an Arm: joint types, convention, name) -- a 3-R arm
 (:func:`sim_arm`) and a 1-R pendulum (:func:`pendulum`) -- and a few module-level jitted functions
 whose static options (method, input, ...) are fixed. Arms that differ only in values (masses,
-friction, motors, gravity) and time steps that differ only in value reuse one compiled program. Rollouts have ``BLOCK`` steps; longer
-horizons chain blocks (:func:`free_motion`), so the step count never changes the shapes either.
+friction, motors, gravity) and time steps that differ only in value reuse one compiled program.
+Rollouts have ``BLOCK`` steps; longer horizons chain blocks (:func:`free_motion`), so the step
+count never changes the shapes either.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def _roll(arm, q0, qd0, u, dt, t0, f_ext, *, method, input, hold, dac):
 def roll(arm, q0, qd0, u, dt, t0=0.0, *, f_ext=None, method="rk3", input="torque", hold=1, dac=None):
     """jit(rollout) with on_divergence="flag"; q0's dtype (float64 unless given) sets every argument's."""
     dtype = jnp.asarray(q0).dtype if jnp.issubdtype(jnp.asarray(q0).dtype, jnp.floating) else jnp.float64
-    c = lambda x: None if x is None else jnp.asarray(x, dtype)  # noqa: E731  (fixed dtypes: no retrace for Python vs NumPy floats)
+    # fixed dtypes: Python and NumPy floats must not trace (and compile) twice
+    c = lambda x: None if x is None else jnp.asarray(x, dtype)  # noqa: E731
     return _roll(arm, c(q0), c(qd0), c(u), c(dt), c(t0), c(f_ext), method=method, input=input, hold=hold, dac=dac)
 
 

@@ -168,11 +168,6 @@ def spring_rollout(arm, x0, v0, kp, kd, dt):
     return jaxarm.rollout(arm, x0, v0, policy, dt, steps=BLOCK, method="rk3", on_divergence="flag")
 
 
-def test_mass_matrix_of_the_slider_is_its_mass():
-    np.testing.assert_allclose(jaxarm.mass_matrix(slider(), np.array([0.3])), [[MASS]], rtol=1e-14)
-    np.testing.assert_allclose(jaxarm.gravity_torques(slider(), np.array([0.3])), [0.0], atol=1e-14)
-
-
 def test_viscous_decay_is_the_rk3_stability_polynomial_and_the_exponential():
     """m v' = -c v: RK3 multiplies v by 1 + z + z^2/2 + z^3/6 (z = -h c / m) per step and advances
     x by h v (1 + z/2 + z^2/6) -- Kutta's tableau; the exact solution is v0 exp(-c t / m)."""

@@ -218,11 +218,6 @@ FLOAT32_CALLS = {
     "placement": ("inverse_dynamics", "tool_pose"),
     "standard": ("inverse_dynamics",),
 }
-_DTYPE_BUG = (
-    "jaxarm/arm.py body_model: `dtype = jnp.result_type(float)` is a strong float64 under x64, so "
-    "`asf` casts every float32 leaf to float64 and float32 arms return float64"
-)
-_AXIS_BUG = "jaxarm/spatial.py rotation_to_axis: `xp.eye(3)` and `rot_x(xp.asarray(np.pi))` are float64 and promote float32 axes"
 _FLOAT32 = {}
 
 
@@ -247,23 +242,16 @@ def test_float32_close_to_float64(convention):
             assert_close(np.asarray(g, dtype=np.float64), e, 1e-3, f"{name} float32")
 
 
-@pytest.mark.parametrize(
-    "convention",
-    [
-        pytest.param("placement", marks=pytest.mark.xfail(strict=True, reason=_DTYPE_BUG + "; and " + _AXIS_BUG)),
-        pytest.param("standard", marks=pytest.mark.xfail(strict=True, reason=_DTYPE_BUG)),
-    ],
-)
+@pytest.mark.parametrize("convention", list(FLOAT32_CALLS))
 def test_float32_in_float32_out(convention):
     for name, (_, got) in _float32_run(convention).items():
         for leaf in jax.tree_util.tree_leaves(got):
             assert leaf.dtype == jnp.float32, f"{name}: float32 arm and inputs gave {leaf.dtype}"
 
 
-@pytest.mark.xfail(strict=True, reason=_AXIS_BUG)
 @pytest.mark.parametrize("axis", [(0.0, 1.0, 0.0), (0.0, 0.0, -1.0)])
 def test_float32_axis_rotation_stays_float32(axis):
-    """Isolates the second float32 leak: the z-to-axis rotation of placement arms."""
+    """The z-to-axis rotation of placement arms (both of its branches) keeps float32."""
     from jaxarm import spatial
 
     assert spatial.rotation_to_axis(jnp.asarray(axis, jnp.float32)).dtype == jnp.float32
@@ -288,12 +276,16 @@ VALIDATED = {
     "coriolis_matrix": ("q", "qd"),
     "kinetic_energy": ("q", "qd"),
     "potential_energy": ("q",),
+    "friction_torques": ("qd",),
+    "motor_torque": ("V", "qd"),
+    "motor_current": ("V", "qd"),
+    "motor_voltage": ("tau", "qd"),
 }
 TAKES_F_EXT = ["inverse_dynamics", "rigid_body_torques", "joint_wrenches", "bias_forces", "forward_dynamics"]
 
 
 def _good_args(names):
-    values = {"q": Q, "qd": QD, "qdd": QDD, "tau": TAU}
+    values = {"q": Q, "qd": QD, "qdd": QDD, "tau": TAU, "V": V}
     return [values[k] for k in names]
 
 
@@ -330,11 +322,11 @@ def test_nan_input(name):
         fn(ARM, *args)
 
 
-@pytest.mark.parametrize("name", list(VALIDATED))
+@pytest.mark.parametrize("name", list(CALLS))
 def test_not_an_arm(name):
-    fn = CALLS[name][0]
+    fn, args = CALLS[name]
     with pytest.raises(TypeError, match=r"arm: expected a jaxarm.Arm.*got dict"):
-        fn({"links": ARM.links}, *_good_args(VALIDATED[name]))
+        fn({"links": ARM.links, "drives": ARM.drives}, *args)
 
 
 @pytest.mark.parametrize("name", TAKES_F_EXT)
@@ -350,28 +342,3 @@ def test_batched_arm_without_vmap():
     stacked = jaxarm.stack_arms(_arm_family(2))
     with pytest.raises(ValueError, match=r"arm: leaves have a batch axis.*vmap"):
         jaxarm.inverse_dynamics(stacked, Q, QD, QDD)
-
-
-_DRIVE_CHECKS = (
-    "jaxarm/drives.py and jaxarm/motors.py do not validate their inputs: a wrong-length qd/V/tau fails "
-    "deep inside jnp with 'incompatible shapes for broadcasting' (no argument name), a non-Arm gives "
-    "AttributeError, NaN passes silently"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_DRIVE_CHECKS)
-@pytest.mark.parametrize("name", ["friction_torques", "motor_torque", "motor_current", "motor_voltage"])
-def test_drive_functions_validate_length(name):
-    fn, args = CALLS[name]
-    args = list(args)
-    args[-1] = np.zeros(N + 1)  # the qd argument
-    with pytest.raises(ValueError, match=rf"qd: expected shape \({N},\)"):
-        fn(ARM, *args)
-
-
-@pytest.mark.xfail(strict=True, reason=_DRIVE_CHECKS)
-@pytest.mark.parametrize("name", ["friction_torques", "reflected_inertia", "motor_torque", "motor_voltage"])
-def test_drive_functions_reject_non_arm(name):
-    fn, args = CALLS[name]
-    with pytest.raises(TypeError, match=r"arm: expected a jaxarm.Arm"):
-        fn({"drives": ARM.drives}, *args)
