@@ -19,17 +19,17 @@ from .simulate import Trajectory, check_divergence, rollout
 
 
 @functools.partial(jax.jit, static_argnames=("arm_batched", "inputs_batched", "options"))
-def _schedule_kernel(arm, q0, qd0, inputs, dt, f_ext, *, arm_batched, inputs_batched, options):
+def _schedule_kernel(arm, q0, qd0, inputs, dt, traced, *, arm_batched, inputs_batched, options):
     def one(a, q, qd, u):
-        return rollout(a, q, qd, u, dt, f_ext=f_ext, on_divergence="flag", **dict(options))
+        return rollout(a, q, qd, u, dt, on_divergence="flag", **traced, **dict(options))
 
     return jax.vmap(one, in_axes=(0 if arm_batched else None, 0, 0, 0 if inputs_batched else None))(arm, q0, qd0, inputs)
 
 
 @functools.partial(jax.jit, static_argnames=("policy", "arm_batched", "options"))
-def _policy_kernel(arm, q0, qd0, dt, f_ext, *, policy, arm_batched, options):
+def _policy_kernel(arm, q0, qd0, dt, traced, *, policy, arm_batched, options):
     def one(a, q, qd):
-        return rollout(a, q, qd, policy, dt, f_ext=f_ext, on_divergence="flag", **dict(options))
+        return rollout(a, q, qd, policy, dt, on_divergence="flag", **traced, **dict(options))
 
     return jax.vmap(one, in_axes=(0 if arm_batched else None, 0, 0))(arm, q0, qd0)
 
@@ -83,19 +83,20 @@ def rollout_batch(
         reps = jnp.concatenate([x, jnp.repeat(x[-1:], padded - B, axis=0)])  # pad with copies, never garbage
         return reps
 
-    f_ext = kwargs.pop("f_ext", None)
+    # Numeric options are traced arguments (they may be arrays or tracers); the rest is static.
+    traced = {k: kwargs.pop(k) for k in ("f_ext", "t0", "bound") if k in kwargs}
     options = tuple(sorted(kwargs.items()))
     try:
         hash(options)
     except TypeError:
-        raise ValueError("rollout_batch: keyword options must be hashable (pass arrays as f_ext)") from None
+        raise ValueError(f"rollout_batch: options {sorted(kwargs)} must be hashable values") from None
     args = [
         jax.tree_util.tree_map(pad, arm) if arm_batched else arm,
         pad(q0),
         pad(qd0),
         inputs if policy else (pad(inputs) if inputs_batched else jnp.asarray(inputs)),
         jnp.asarray(dt),
-        f_ext,
+        traced,
     ]
     # Lay the batch axis over a 1-D mesh; the jitted kernel follows the data's sharding.
     mesh = Mesh(np.array(devices), ("batch",))
@@ -104,7 +105,8 @@ def rollout_batch(
     for k, (a, b) in enumerate(zip(args, flags)):
         if k == 3 and policy:
             continue
-        args[k] = jax.device_put(a, batched if b else replicated)
+        if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(a)):
+            args[k] = jax.device_put(a, batched if b else replicated)
     if policy:
         traj = _policy_kernel(args[0], args[1], args[2], args[4], args[5], policy=inputs, arm_batched=arm_batched, options=options)
     else:

@@ -822,6 +822,41 @@ def _cmd_plot(args) -> int:
     return EXIT_OK
 
 
+def _cmd_export(args) -> int:
+    from .mjcf import to_mjcf
+    from .urdf import to_urdf
+
+    if not (args.urdf or args.mjcf):
+        raise CommandError("export: expected --urdf FILE and/or --mjcf FILE")
+    targets = [(path, flag) for path, flag in ((args.urdf, "--urdf"), (args.mjcf, "--mjcf")) if path]
+    for path, flag in targets:
+        _Outputs.check(path, flag)
+    arm = _load_arm(args.arm, strict=args.strict)
+    texts = []
+    for path, flag in targets:
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                text = to_urdf(arm) if flag == "--urdf" else to_mjcf(arm, timestep=float(args.timestep))
+        except ValueError as exc:
+            raise CommandError(f"{flag}: {_one_line(exc)}") from None
+        for w in caught:
+            print(f"jaxarm: warning: {_one_line(w.message)}", file=sys.stderr)
+        texts.append((path, text))
+    files = _Outputs()
+    try:
+        for path, text in texts:
+            files.write(path, lambda f, text=text: f.write(text.encode("utf-8")))
+        files.commit()
+    except OSError as exc:
+        raise CommandError(f"cannot write: {_one_line(exc)}", EXIT_FAILURE) from None
+    finally:
+        files.discard()
+    for path, _ in texts:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
 # --------------------------------------------------------------------------------------------
 # Command line
 
@@ -904,6 +939,13 @@ def build_parser() -> argparse.ArgumentParser:
     strict(p)
     p.set_defaults(func=_cmd_simulate)
 
+    p = arm_command("export", "write the arm as URDF and/or MuJoCo MJCF (for viewers and other simulators)")
+    p.add_argument("--urdf", metavar="FILE.urdf", help="URDF output (rotor inertia has no URDF field and is dropped)")
+    p.add_argument("--mjcf", metavar="FILE.xml", help="MuJoCo MJCF output")
+    p.add_argument("--timestep", default="0.001", metavar="DT", help="MJCF option timestep (default 0.001)")
+    strict(p)
+    p.set_defaults(func=_cmd_export)
+
     p = sub.add_parser("plot", help="plot a saved run", description="plot a saved run (jaxarm simulate --out)")
     p.add_argument("results", metavar="RESULTS.npz")
     p.add_argument("--out", metavar="FILE.png", help="image file (default: RESULTS with .png)")
@@ -952,7 +994,7 @@ def main(argv=None) -> int:
         parser = build_parser()
         args = parser.parse_args(_protect_negative_numbers(argv))
         if getattr(args, "func", None) is None:
-            raise CommandError("expected a command: info, inverse, forward, simulate or plot (see 'jaxarm --help')")
+            raise CommandError("expected a command: info, inverse, forward, simulate, export or plot (see 'jaxarm --help')")
         code = args.func(args)
         note = getattr(args, "_note", None)
         if note:

@@ -285,3 +285,30 @@ def test_missing_matplotlib_says_how_to_install(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == 1 and 'pip install "jaxarm[plot]"' in err and len(err.strip().splitlines()) == 1
     assert os.listdir(tmp_path) == []
+
+
+def test_export_urdf_and_mjcf_round_trip(tmp_path, capsys):
+    urdf, xml = tmp_path / "panda.urdf", tmp_path / "panda.xml"
+    assert main(["export", "panda", "--urdf", str(urdf), "--mjcf", str(xml)]) == 0
+    arm = load_arm("panda")
+    back = load_arm(str(urdf))
+    q = np.linspace(-0.5, 0.7, arm.n)
+    np.testing.assert_allclose(jaxarm.mass_matrix(back, q), jaxarm.mass_matrix(arm, q), rtol=1e-12, atol=1e-12)
+    mujoco = __import__("pytest").importorskip("mujoco")
+    model = mujoco.MjModel.from_xml_path(str(xml))
+    data = mujoco.MjData(model)
+    data.qpos[:] = q
+    mujoco.mj_forward(model, data)
+    M = np.zeros((model.nv, model.nv))
+    mujoco.mj_fullM(model, data, M)
+    np.testing.assert_allclose(M, jaxarm.mass_matrix(arm, q), rtol=1e-9, atol=1e-12)
+
+
+def test_export_refuses_what_mujoco_cannot_load_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "puma.xml"
+    assert main(["export", "puma560", "--mjcf", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "joint 1" in err[0] and "mass" in err[0]
+    assert list(tmp_path.iterdir()) == []
+    assert main(["export", "puma560"]) == 2
+    assert "--urdf" in capsys.readouterr().err
