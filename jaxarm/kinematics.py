@@ -38,8 +38,12 @@ def forward_kinematics(arm: Arm, q):
     and frames[i] = DH link frame i (Craig 3.6 / Ch.10 A-matrices chained); tool (4, 4).
     For 'placement' arms frames[i] is the URDF child link frame of joint i.
     """
-    checks.check_arm(arm, "forward_kinematics")
-    q = checks.joint_vector(q, arm, "q", "forward_kinematics")
+    return _forward_kinematics(arm, q, "forward_kinematics")
+
+
+def _forward_kinematics(arm: Arm, q, func: str):
+    checks.check_arm(arm, func)
+    q = checks.joint_vector(q, arm, "q", func)
     bodies = body_model(arm)
     rots, origins = body_poses(arm, bodies, q)
     link_R = jnp.einsum("nij,njk->nik", rots, bodies.link_rotation)
@@ -52,7 +56,7 @@ def forward_kinematics(arm: Arm, q):
 
 def tool_pose(arm: Arm, q):
     """The tool frame (4, 4) in the world frame."""
-    return forward_kinematics(arm, q)[1]
+    return _forward_kinematics(arm, q, "tool_pose")[1]
 
 
 def jacobian(arm: Arm, q, frame: str = "base"):

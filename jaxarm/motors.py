@@ -35,6 +35,11 @@ def _require_motor_model(arm: Arm, func: str) -> None:
 def saturate_voltage(arm: Arm, V):
     """Clip each motor voltage to +/- its drive's voltage_limit."""
     checks.check_arm(arm, "saturate_voltage")
+    V = checks.joint_vector(V, arm, "V", "saturate_voltage")
+    return _saturate(arm, V)
+
+
+def _saturate(arm: Arm, V):
     lim = jnp.asarray(arm.drives.voltage_limit)
     return jnp.clip(V, -lim, lim)
 
@@ -54,7 +59,7 @@ def _motor_torque(arm: Arm, V, qd, saturate: bool = True):
     dr = arm.drives
     G, Kt, R = (jnp.asarray(x) for x in (dr.gear_ratio, dr.torque_constant, dr.resistance))
     if saturate:
-        V = saturate_voltage(arm, V)
+        V = _saturate(arm, V)
     return G * Kt * (V - Kt * G * qd) / R
 
 
@@ -66,7 +71,7 @@ def motor_current(arm: Arm, V, qd, *, saturate: bool = True):
     dr = arm.drives
     G, Kt, R = (jnp.asarray(x) for x in (dr.gear_ratio, dr.torque_constant, dr.resistance))
     if saturate:
-        V = saturate_voltage(arm, V)
+        V = _saturate(arm, V)
     return (V - Kt * G * qd) / R
 
 

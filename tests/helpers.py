@@ -117,6 +117,51 @@ def random_arm(
     return arm
 
 
+def _rot(axis, angle):
+    """Rodrigues: rotation by angle about a unit axis."""
+    k = np.asarray(axis, dtype=float)
+    K = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    return np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * K @ K
+
+
+def _hom(R=np.eye(3), p=(0.0, 0.0, 0.0)):
+    T = np.eye(4)
+    T[:3, :3], T[:3, 3] = R, p
+    return T
+
+
+def reference_frames(arm, q):
+    """Link frames (n + 1, 4, 4) and tool (4, 4) in the world, straight from the parameter table
+    in NumPy (independent of jaxarm's canonical body model):
+    standard  T_i = T_{i-1} Rz(theta_i [+ q_i]) Tz(d_i [+ q_i]) Tx(a_i) Rx(alpha_i)       (Ch.10)
+    modified  T_i = T_{i-1} Rx(alpha_{i-1}) Tx(a_{i-1}) Rz(theta_i [+ q_i]) Tz(d_i [+ q_i]) (Craig 3.6)
+    placement T_i = T_{i-1} [rpy_i, xyz_i] Rot(axis_i, q_i) or Trans(axis_i q_i)        (URDF)
+    """
+    x, z = np.array([1.0, 0, 0]), np.array([0, 0, 1.0])
+    kin = arm.kinematics
+    T = np.asarray(arm.base, dtype=float)
+    frames = [T]
+    for i, rev in enumerate(arm.is_revolute):
+        qi = float(q[i])
+        if arm.convention == "placement":
+            r, p, y = np.asarray(kin.rpy[i], dtype=float)
+            place = _hom(_rot(z, y) @ _rot([0, 1.0, 0], p) @ _rot(x, r), np.asarray(kin.xyz[i], dtype=float))
+            axis = np.asarray(kin.axis[i], dtype=float)
+            motion = _hom(_rot(axis, qi)) if rev else _hom(p=axis * qi)
+            A = place @ motion
+        else:
+            th = float(kin.theta[i]) + (qi if rev else 0.0)
+            d = float(kin.d[i]) + (0.0 if rev else qi)
+            a, al = float(kin.a[i]), float(kin.alpha[i])
+            if arm.convention == "standard":
+                A = _hom(_rot(z, th)) @ _hom(p=(0, 0, d)) @ _hom(p=(a, 0, 0)) @ _hom(_rot(x, al))
+            else:
+                A = _hom(_rot(x, al)) @ _hom(p=(a, 0, 0)) @ _hom(_rot(z, th)) @ _hom(p=(0, 0, d))
+        T = T @ A
+        frames.append(T)
+    return np.stack(frames), T @ np.asarray(arm.tool, dtype=float)
+
+
 def random_state(seed, n):
     """A random state (q, qd, qdd), each (n,) float64, all velocities non-zero."""
     rng = np.random.default_rng(10_000 + seed)

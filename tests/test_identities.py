@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import jaxarm
-from helpers import assert_close, random_arm, random_state, random_wrench
+from helpers import assert_close, random_arm, random_state, random_wrench, reference_frames
 from jaxarm.kinematics import body_poses
 
 CASES = [
@@ -222,6 +222,16 @@ def test_jacobian_is_derivative_of_tool_pose(arm):
     J_base = np.vstack([lin, ang])
     assert_close(jaxarm.jacobian(arm, q), J_base, 1e-12, "jacobian(frame='base')")
     assert_close(jaxarm.jacobian(arm, q, frame="tool"), np.vstack([R.T @ lin, R.T @ ang]), 1e-12, "jacobian(frame='tool')")
+
+
+def test_forward_kinematics_matches_parameter_table(arm):
+    """Every link frame and the tool, against the DH / URDF products evaluated directly in NumPy."""
+    for seed in (14, 15):
+        q, _, _ = state(arm, seed)
+        frames, tool = jaxarm.forward_kinematics(arm, q)
+        ref_frames, ref_tool = reference_frames(arm, q)
+        assert_close(frames, ref_frames, 1e-13, "link frames")
+        assert_close(tool, ref_tool, 1e-13, "tool")
 
 
 def test_forward_kinematics_frames(arm):
