@@ -622,6 +622,14 @@ def save_arm(arm: Arm, path, *, comment: str | None = None) -> Path:
     """
     path = Path(path)
     text = arm_to_toml(arm, comment=comment)
+    return write_text_atomic(path, text)
+
+
+def write_text_atomic(path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically: a temporary file in the same directory, flushed and
+    fsync'ed, then ``os.replace``; on any error the temporary file is removed and an existing file
+    at ``path`` is left untouched. The old file's permissions (or the umask's) are kept."""
+    path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     try:

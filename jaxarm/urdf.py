@@ -582,22 +582,10 @@ def _symmetric_coulomb(c: _Canonical, arm: Arm, func: str):
 
 
 def _atomic_write(path, text: str) -> None:
-    """Write text to path through a temporary file in the same directory and os.replace."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write text to path atomically (see :func:`jaxarm.arm_files.write_text_atomic`)."""
+    from .arm_files import write_text_atomic
+
+    write_text_atomic(path, text)
 
 
 def _origin(parent, T):
