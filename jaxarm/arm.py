@@ -389,8 +389,10 @@ def validate_arm(arm: Arm, where: str = "") -> None:
     for field, value in leaves.items():
         v = np.asarray(value)
         if not np.all(np.isfinite(v)):
-            i = int(np.argwhere(~np.isfinite(v))[0][0]) if v.ndim else 0
-            raise ValueError(f"{pre}joint {i + 1}: {field.split('.')[-1]}: expected finite numbers, got {v[i].tolist() if v.ndim else v}")
+            if field == "gravity":
+                raise ValueError(f"{pre}gravity: expected 3 finite numbers, got {v.tolist()}")
+            i = int(np.argwhere(~np.isfinite(v))[0][0])
+            raise ValueError(f"{pre}joint {i + 1}: {field.split('.')[-1]}: expected finite numbers, got {v[i].tolist()}")
     for i in range(arm.n):
         j = f"{pre}joint {i + 1}: "
         if arm.links.mass[i] < 0:
