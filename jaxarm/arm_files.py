@@ -100,7 +100,7 @@ Errors and warnings
 Every problem raises :class:`ArmFileError` (a ValueError) with a one-line message naming the
 file, the joint (1-based) and the field, and saying what was expected, e.g.
 ``arms/x.toml: joint 2: inertia: expected 3 diagonal values, ...``. After loading, every link
-(and the payload) is checked with :func:`jaxarm.consistency.check_link`; a physically
+(and the payload) is checked with :func:`jaxarm.consistency.consistency_report`; a physically
 inconsistent one gives a :class:`PhysicalConsistencyWarning` (an error with ``strict=True``).
 Published models sometimes fail this check (the Puma 560 consensus model does), so by default
 it only warns. A link with zero mass *and* zero inertia is an idealisation, not an
@@ -123,7 +123,7 @@ import numpy as np
 
 from . import spatial
 from .arm import CONVENTIONS, JOINT_TYPES, Arm, Drives, make_arm
-from .consistency import check_link
+from .consistency import consistency_report
 from .parts import link_from_parts
 
 if sys.version_info >= (3, 11):
@@ -447,15 +447,10 @@ def _arm_from_dict(data: Mapping, where: str, default_name: str) -> Arm:
 
 
 def _check_consistency(arm: Arm, where: str, strict: bool, stacklevel: int = 2) -> None:
-    """Warn (or with strict=True raise) for every physically inconsistent link and the payload."""
-    bodies = [(f"joint {i + 1}", arm.links.mass[i], arm.links.com[i], arm.links.inertia[i]) for i in range(arm.n)]
-    if float(arm.payload.mass) > 0 or np.any(np.asarray(arm.payload.inertia)):
-        bodies.append(("payload", arm.payload.mass, arm.payload.com, arm.payload.inertia))
-    for label, m, c, inertia in bodies:
-        if float(m) == 0.0 and not np.any(np.asarray(inertia)):
-            continue  # a massless link is an idealisation, not an inconsistency
-        report = check_link(m, c, inertia)
-        if report.ok:
+    """Warn (or with strict=True raise) for every physically inconsistent link and the payload;
+    a massless link (no mass, no inertia) is an idealisation, not an inconsistency."""
+    for label, report in consistency_report(arm).items():
+        if report.ok or report.massless:
             continue
         msg = f"{where}: {label}: physically inconsistent inertial parameters: {'; '.join(report.problems)}"
         if strict:

@@ -133,22 +133,17 @@ def _load_arm(spec: str, strict: bool = False):
             raise CommandError(_one_line(exc)) from None
 
 
-def _inconsistent_links(arm) -> list[tuple[int, object]]:
-    """(joint index, LinkConsistency) of every inconsistent link; a massless link with zero inertia
-    is an idealisation and is not reported (as in jaxarm.arm_files)."""
+def _inconsistent_links(arm) -> list[int]:
+    """Joint numbers (1-based) of the physically inconsistent links; a massless link with zero
+    inertia is an idealisation and is not reported (as in jaxarm.arm_files)."""
     from .consistency import consistency_report
 
-    out = []
-    for i, report in enumerate(consistency_report(arm)):
-        if float(arm.links.mass[i]) == 0.0 and not np.any(np.asarray(arm.links.inertia[i])):
-            continue
-        if not report.ok:
-            out.append((i, report))
-    return out
+    reports = consistency_report(arm)
+    return [i + 1 for i in range(arm.n) if not (reports[f"joint {i + 1}"].ok or reports[f"joint {i + 1}"].massless)]
 
 
 def _consistency_note(arm, spec: str) -> str | None:
-    bad = [i + 1 for i, _ in _inconsistent_links(arm)]
+    bad = _inconsistent_links(arm)
     if not bad:
         return None
     which = f"link {bad[0]} has" if len(bad) == 1 else f"links {', '.join(map(str, bad))} have"
@@ -296,21 +291,14 @@ def _info_text(arm, spec: str) -> str:
     from .consistency import consistency_report
 
     out.append("Physical consistency (Wensing, Kim & Slotine 2017: pseudo-inertia >= 0)")
-    for i, report in enumerate(consistency_report(arm)):
-        massless = float(links.mass[i]) == 0.0 and not np.any(np.asarray(links.inertia[i]))
+    for label, report in consistency_report(arm).items():
+        name = label.replace("joint", "link")
         if report.ok:
-            out.append(f"  link {i + 1}: OK")
-        elif massless:
-            out.append(f"  link {i + 1}: OK (massless: no mass, no inertia)")
+            out.append(f"  {name}: OK")
+        elif report.massless:
+            out.append(f"  {name}: OK (massless: no mass, no inertia)")
         else:
-            out.append(f"  link {i + 1}: INCONSISTENT")
-            out.extend(f"    - {p}" for p in report.problems)
-    if pm > 0:
-        from .consistency import check_link
-
-        report = check_link(pm, np.asarray(arm.payload.com), np.asarray(arm.payload.inertia))
-        out.append("  payload: OK" if report.ok else "  payload: INCONSISTENT")
-        if not report.ok:
+            out.append(f"  {name}: INCONSISTENT")
             out.extend(f"    - {p}" for p in report.problems)
     return "\n".join(out)
 

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["pseudo_inertia", "LinkConsistency", "check_link"]
+__all__ = ["pseudo_inertia", "LinkConsistency", "check_link", "consistency_report"]
 
 
 def pseudo_inertia(mass, com, inertia):
@@ -53,6 +53,9 @@ class LinkConsistency:
     triangle_inequalities: bool
     pseudo_inertia_psd: bool
     problems: tuple[str, ...] = ()
+    massless: bool = False
+    """Zero mass and zero inertia: an idealised frame-only link, not an inconsistency (``ok`` is
+    still False because the mass is not positive; callers that excuse it check this flag)."""
 
     @property
     def ok(self) -> bool:
@@ -147,14 +150,19 @@ def check_link(mass, com, inertia, *, tol: float = 1e-9) -> LinkConsistency:
         triangle_inequalities=triangle_inequalities,
         pseudo_inertia_psd=pseudo_inertia_psd,
         problems=tuple(problems),
+        massless=bool(m == 0.0 and not np.any(inertia)),
     )
 
 
-def consistency_report(arm, *, tol: float = 1e-9) -> list:
-    """Physical consistency of every link of an arm (payload included in the last link's check
-    only when it has mass): a list of :class:`LinkConsistency`, one per joint, in joint order."""
-    links = arm.links
-    return [
-        check_link(np.asarray(links.mass[i]), np.asarray(links.com[i]), np.asarray(links.inertia[i]), tol=tol)
-        for i in range(arm.n)
-    ]
+def consistency_report(arm, *, tol: float = 1e-9) -> dict:
+    """Physical consistency of every body of an arm: ``{"joint 1": LinkConsistency, ...}`` in joint
+    order, plus ``"payload"`` when the arm holds one (non-zero mass or inertia). A body that needs
+    attention is one with ``not (report.ok or report.massless)``."""
+    bodies = {f"joint {i + 1}": (arm.links.mass[i], arm.links.com[i], arm.links.inertia[i]) for i in range(arm.n)}
+    payload = arm.payload
+    if float(payload.mass) > 0 or np.any(np.asarray(payload.inertia)):
+        bodies["payload"] = (payload.mass, payload.com, payload.inertia)
+    return {
+        label: check_link(np.asarray(m), np.asarray(c), np.asarray(inertia), tol=tol)
+        for label, (m, c, inertia) in bodies.items()
+    }

@@ -229,3 +229,16 @@ def test_link_consistency_is_frozen():
     assert r.ok
     with pytest.raises(Exception):
         r.mass_positive = False
+
+
+def test_consistency_report_names_every_body_and_flags_massless_links():
+    import jaxarm
+
+    arm = jaxarm.make_arm("RRR", mass=[0.0, 2.0, 1.0], inertia=[[0, 0, 0], [0.1, 0.1, 0.3], [0.1, 0.2, 0.1]])
+    report = jaxarm.consistency_report(arm)
+    assert list(report) == ["joint 1", "joint 2", "joint 3"]
+    assert report["joint 1"].massless and not report["joint 1"].ok
+    assert report["joint 2"].ok is False and not report["joint 2"].massless  # 0.1 + 0.1 < 0.3
+    assert report["joint 3"].ok
+    held = jaxarm.consistency_report(arm.with_payload(1.0, inertia=[0.01, 0.01, 0.5]))
+    assert list(held)[-1] == "payload" and not held["payload"].ok
