@@ -75,17 +75,21 @@ def _protect_negative_numbers(argv):
     return [" " + a if _NEGATIVE.fullmatch(a) else a for a in argv]
 
 
+def _finite_number(text: str, label: str) -> float:
+    """One finite number from user text (an option value or a CSV cell), or a CommandError naming it."""
+    text = text.strip()
+    try:
+        v = float(text)
+    except ValueError:
+        raise CommandError(f"{label}: {text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise CommandError(f"{label}: expected a finite number, got {text}")
+    return v
+
+
 def _numbers(tokens, option: str) -> list[float]:
     text = " ".join(tokens) if isinstance(tokens, (list, tuple)) else str(tokens)
-    values = []
-    for part in (p for p in re.split(r"[,\s]+", text.strip()) if p):
-        try:
-            v = float(part)
-        except ValueError:
-            raise CommandError(f"{option}: {part!r} is not a number") from None
-        if not math.isfinite(v):
-            raise CommandError(f"{option}: expected finite numbers, got {part}")
-        values.append(v)
+    values = [_finite_number(part, option) for part in re.split(r"[,\s]+", text.strip()) if part]
     if not values:
         raise CommandError(f"{option}: expected numbers, got nothing")
     return values
@@ -414,15 +418,7 @@ def read_schedule(path, kind: str, n: int, arm_name: str = "arm"):
     for line, row in lines[1:]:
         if len(row) != n + 1:
             raise CommandError(f"{where}: line {line}: {len(row)} columns, expected {n + 1} ({','.join(expected)})")
-        numbers = []
-        for col, cell in zip(expected, row):
-            try:
-                v = float(cell)
-            except ValueError:
-                raise CommandError(f"{where}: line {line}: {col}: {cell.strip()!r} is not a number") from None
-            if not math.isfinite(v):
-                raise CommandError(f"{where}: line {line}: {col}: expected a finite number, got {cell.strip()}")
-            numbers.append(v)
+        numbers = [_finite_number(cell, f"{where}: line {line}: {col}") for col, cell in zip(expected, row)]
         if times and not numbers[0] > times[-1]:
             raise CommandError(
                 f"{where}: line {line}: t = {numbers[0]:g} s does not increase (previous row t = {times[-1]:g} s); "
