@@ -18,20 +18,15 @@ from .arm import Arm
 from .simulate import Trajectory, check_divergence, rollout
 
 
-@functools.partial(jax.jit, static_argnames=("arm_batched", "inputs_batched", "options"))
-def _schedule_kernel(arm, q0, qd0, inputs, dt, traced, *, arm_batched, inputs_batched, options):
+@functools.partial(jax.jit, static_argnames=("policy", "arm_batched", "inputs_batched", "options"))
+def _kernel(arm, q0, qd0, schedule, dt, traced, *, policy, arm_batched, inputs_batched, options):
+    """vmap(rollout) over the batch; the input is ``policy`` when given, else ``schedule``."""
+
     def one(a, q, qd, u):
-        return rollout(a, q, qd, u, dt, on_divergence="flag", **traced, **dict(options))
+        return rollout(a, q, qd, policy or u, dt, on_divergence="flag", **traced, **dict(options))
 
-    return jax.vmap(one, in_axes=(0 if arm_batched else None, 0, 0, 0 if inputs_batched else None))(arm, q0, qd0, inputs)
-
-
-@functools.partial(jax.jit, static_argnames=("policy", "arm_batched", "options"))
-def _policy_kernel(arm, q0, qd0, dt, traced, *, policy, arm_batched, options):
-    def one(a, q, qd):
-        return rollout(a, q, qd, policy, dt, on_divergence="flag", **traced, **dict(options))
-
-    return jax.vmap(one, in_axes=(0 if arm_batched else None, 0, 0))(arm, q0, qd0)
+    in_axes = (0 if arm_batched else None, 0, 0, 0 if inputs_batched else None)
+    return jax.vmap(one, in_axes=in_axes)(arm, q0, qd0, schedule)
 
 
 def rollout_batch(
@@ -76,12 +71,9 @@ def rollout_batch(
     nd = len(devices)
     padded = -(-B // nd) * nd
 
-    def pad(x):
+    def pad(x):  # with copies of the last element, never garbage
         x = jnp.asarray(x)
-        if padded == B:
-            return x
-        reps = jnp.concatenate([x, jnp.repeat(x[-1:], padded - B, axis=0)])  # pad with copies, never garbage
-        return reps
+        return x if padded == B else jnp.concatenate([x, jnp.repeat(x[-1:], padded - B, axis=0)])
 
     # Numeric options are traced arguments (they may be arrays or tracers); the rest is static.
     traced = {k: kwargs.pop(k) for k in ("f_ext", "t0", "bound") if k in kwargs}
@@ -94,23 +86,24 @@ def rollout_batch(
         jax.tree_util.tree_map(pad, arm) if arm_batched else arm,
         pad(q0),
         pad(qd0),
-        inputs if policy else (pad(inputs) if inputs_batched else jnp.asarray(inputs)),
+        None if policy else (pad(inputs) if inputs_batched else jnp.asarray(inputs)),
         jnp.asarray(dt),
         traced,
     ]
     # Lay the batch axis over a 1-D mesh; the jitted kernel follows the data's sharding.
     mesh = Mesh(np.array(devices), ("batch",))
     batched, replicated = NamedSharding(mesh, P("batch")), NamedSharding(mesh, P())
-    flags = [arm_batched, True, True, inputs_batched and not policy, False, False]
+    flags = [arm_batched, True, True, inputs_batched, False, False]
     for k, (a, b) in enumerate(zip(args, flags)):
-        if k == 3 and policy:
-            continue
         if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(a)):
             args[k] = jax.device_put(a, batched if b else replicated)
-    if policy:
-        traj = _policy_kernel(args[0], args[1], args[2], args[4], args[5], policy=inputs, arm_batched=arm_batched, options=options)
-    else:
-        traj = _schedule_kernel(*args, arm_batched=arm_batched, inputs_batched=inputs_batched, options=options)
+    traj = _kernel(
+        *args,
+        policy=inputs if policy else None,
+        arm_batched=arm_batched,
+        inputs_batched=inputs_batched,
+        options=options,
+    )
     if padded != B:
         traj = jax.tree_util.tree_map(lambda x: x[:B], traj)
     if on_divergence == "raise":

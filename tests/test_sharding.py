@@ -58,6 +58,14 @@ assert len(shards) == 4 and {s.data.shape for s in shards} == {(2, T + 1, 1)}, [
 assert len({s.device for s in shards}) == 4
 for name in ("q", "qd", "tau", "u", "diverged_step"):
     np.testing.assert_allclose(getattr(traj8, name), getattr(ref_same, name)[:8], rtol=1e-12, atol=1e-12, err_msg=name)
+
+# a policy (feedback controller) instead of a schedule, batch of 10 over 4 devices
+policy = jaxarm.pd_controller(20.0, 4.0, jnp.array([0.3]))
+traj_pd = jaxarm.rollout_batch(pendulum(), q0, qd0, policy, dt, steps=T, method="euler")
+ref_pd = jax.vmap(lambda q, qd: jaxarm.rollout(pendulum(), q, qd, policy, dt, steps=T, method="euler", on_divergence="flag"))(q0, qd0)
+for name in ("q", "qd", "tau", "u"):
+    np.testing.assert_allclose(getattr(traj_pd, name), getattr(ref_pd, name), rtol=1e-12, atol=1e-12, err_msg=name)
+assert not np.allclose(traj_pd.u[0], traj_pd.u[1])  # the policy really sees each element's state
 print("OK")
 """
 
