@@ -2,17 +2,20 @@
 
     python experiments/checkpoint_memory.py              # Puma 560, 10^4 RK3 steps at 1 ms
     python experiments/checkpoint_memory.py --steps 2000
+    python experiments/checkpoint_memory.py --quick      # 500 steps
 
 For each setting prints one JSON line: XLA's temporary-buffer size for the compiled gradient
 (``memory_analysis().temp_size_in_bytes``), the wall time of one gradient evaluation and of one
-forward rollout, and the gradient's agreement between the two settings.
+forward rollout (best of repeats, as in benchmark.py), and the gradient's agreement between the two
+settings. The first line describes the machine (benchmark.py's ``machine()``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
+import os
+import sys
 
 import jax
 
@@ -23,13 +26,21 @@ import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchmark import best_time, machine  # noqa: E402
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arm", default="puma560")
     p.add_argument("--steps", type=int, default=10_000)
     p.add_argument("--dt", type=float, default=1e-3)
+    p.add_argument("--min-time", type=float, default=1.0, help="seconds spent timing each call")
+    p.add_argument("--quick", action="store_true", help="500 steps, short timings")
     args = p.parse_args(argv)
+    if args.quick:
+        args.steps, args.min_time = 500, 0.1
+    print(json.dumps({"machine": machine()}), flush=True)
     arm = jaxarm.load_arm(args.arm)
     n, T = arm.n, args.steps
     rng = np.random.default_rng(0)
@@ -45,14 +56,9 @@ def main(argv=None):
         fwd = jax.jit(cost).lower(tau).compile()
         grad = jax.jit(jax.grad(cost)).lower(tau).compile()
         mem = grad.memory_analysis()
-        jax.block_until_ready(fwd(tau))
-        jax.block_until_ready(grad(tau))
-        t0 = time.perf_counter()
-        jax.block_until_ready(fwd(tau))
-        t_fwd = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        g = jax.block_until_ready(grad(tau))
-        t_grad = time.perf_counter() - t0
+        t_fwd = best_time(lambda: jax.block_until_ready(fwd(tau)), args.min_time)
+        t_grad = best_time(lambda: jax.block_until_ready(grad(tau)), args.min_time)
+        g = grad(tau)
         grads[checkpoint] = np.asarray(g)
         print(
             json.dumps(

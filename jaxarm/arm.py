@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import spatial
+from . import _kernels, spatial
 
 REVOLUTE = "revolute"
 PRISMATIC = "prismatic"
@@ -552,8 +552,15 @@ def body_model(arm: Arm) -> Bodies:
 
 
 def joint_transform(bodies: Bodies, i: int, revolute: bool, qi):
-    """Pose (R, p) of body i in body i-1 at joint value qi: placement, then motion about z."""
+    """Pose (R, p) of body i in body i-1 at joint value qi: placement, then motion about z.
+
+    Revolute: R = R0 Rz(qi) (Craig 2.74), i.e. R0's first two columns mixed by cos qi and sin qi;
+    the sine and cosine are the vectorizable polynomials of :func:`jaxarm._kernels.sincos`
+    (XLA:CPU evaluates ``jnp.sin``/``jnp.cos`` in float64 by a scalar library call per value).
+    """
     R0, p0 = bodies.rotation[i], bodies.translation[i]
     if revolute:
-        return spatial.mm(R0, spatial.rot_z(qi)), p0
+        s, c = _kernels.sincos(qi)
+        x, y = R0[:, 0], R0[:, 1]
+        return jnp.stack([x * c + y * s, y * c - x * s, R0[:, 2]], axis=1), p0
     return R0, p0 + R0[:, 2] * qi

@@ -7,20 +7,20 @@ process then calls :func:`rollout_batch` with the same global arguments; see the
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from . import _xla
 from .arm import Arm
 from .simulate import Trajectory, check_divergence, rollout
 
 
-@functools.partial(jax.jit, static_argnames=("policy", "arm_batched", "inputs_batched", "options"))
+@_xla.jit(static_argnames=("policy", "arm_batched", "inputs_batched", "options"))
 def _kernel(arm, q0, qd0, schedule, dt, traced, *, policy, arm_batched, inputs_batched, options):
-    """vmap(rollout) over the batch; the input is ``policy`` when given, else ``schedule``."""
+    """vmap(rollout) over the batch; the input is ``policy`` when given, else ``schedule``.
+    Compiled with :func:`jaxarm._xla.compiler_options` (no YNNPACK fusions on CPU)."""
 
     def one(a, q, qd, u):
         return rollout(a, q, qd, policy or u, dt, on_divergence="flag", **traced, **dict(options))

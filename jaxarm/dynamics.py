@@ -7,6 +7,15 @@ The loops run over the static joint count and unroll at trace time.
 Frames: each body's frame has z on its joint axis (see :func:`jaxarm.arm.body_model`);
 velocities, accelerations and wrenches are expressed in the body's own frame, about its
 origin, as in Swartz's Inverse Arm and Craig 6.45-6.53.
+
+Two implementations of the same equations live here: the readable reference
+(``_reference_rnea``, ``_reference_composite_mass_matrix``, with 3-vectors and 3x3 matrices as
+arrays) and the kernels of :mod:`jaxarm._kernels` (the same recursions with every vector
+component a separate scalar, so that batched code becomes a few fused loops). Inverse dynamics,
+joint wrenches, bias and gravity torques and the mass matrix use the kernels; forward dynamics
+(and so the rollouts) and the controllers' model terms still use the reference, because inside a
+``lax.scan`` the kernels compiled several times slower on XLA:CPU (see ``_kernels``).
+``tests/test_kernels.py`` checks the kernels against the reference.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import checks, drives, linalg, spatial
+from . import _kernels, checks, drives, linalg, spatial
 from .arm import Arm, Bodies, body_model, joint_transform
 from .kinematics import body_poses
 
@@ -36,8 +45,9 @@ def _tip_wrench(bodies: Bodies, f_ext):
     return F, N
 
 
-def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
-    """Recursive Newton-Euler over the canonical bodies. Returns (tau (n,), wrenches (n, 6)).
+def _reference_rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
+    """Recursive Newton-Euler over the canonical bodies (reference implementation).
+    Returns (tau (n,), wrenches (n, 6)).
 
     Forward pass: Craig 6.45-6.47 (revolute), 6.33-6.35 (prismatic), Swartz eqs 1-6.
     Per-body force/moment about the origin, written with first moment h = m c and the
@@ -89,6 +99,26 @@ def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
         f_child, n_child = f_tot, n_tot
         R_child, p_child = transforms[i]
     return jnp.stack(taus), jnp.stack(wrenches)
+
+
+def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
+    """Recursive Newton-Euler: the equations of :func:`_reference_rnea` computed by the
+    component-wise kernel :func:`jaxarm._kernels.rnea`; qdd None means zero acceleration.
+    Returns (tau (n,), wrenches (n, 6))."""
+    frames = _kernels.joint_frames(bodies, arm.is_revolute, q)
+    a0 = tuple(a0[k] for k in range(3))
+    taus, forces, moments = _kernels.rnea(bodies, arm.is_revolute, frames, qd, qdd, a0, _kernel_tip(bodies, f_ext))
+    wrenches = _kernels.matrix([tuple(f) + tuple(m) for f, m in zip(forces, moments)])
+    return _kernels.vector(taus), wrenches
+
+
+def _kernel_tip(bodies, f_ext):
+    """The tool wrench as the kernels take it: the environment's wrench on the tool, negated
+    (what the last body must supply), in the last body's frame, about its origin."""
+    if f_ext is None:
+        return None
+    F, N = _tip_wrench(bodies, f_ext)
+    return tuple(-F[k] for k in range(3)), tuple(-N[k] for k in range(3))
 
 
 def _state(arm, func, **vectors):
@@ -143,24 +173,28 @@ def bias_forces(arm: Arm, q, qd, f_ext=None):
     qdd = 0 (Swartz's bias vector; ERRATA: theta-double-dot = 0). No friction."""
     q, qd = _state(arm, "bias_forces", q=q, qd=qd)
     f_ext = checks.wrench(f_ext, "f_ext", "bias_forces")
-    return _bias(arm, body_model(arm), q, qd, f_ext)
+    bodies = body_model(arm)
+    dtype = jnp.result_type(bodies.mass, q, qd)
+    return _rnea(arm, bodies, q, qd, None, _base_acceleration(arm, dtype), f_ext)[0]
 
 
 def _bias(arm, bodies, q, qd, f_ext=None):
+    """Bias torques by the reference Newton-Euler (used inside rollouts: see the module docstring)."""
     dtype = jnp.result_type(bodies.mass, q, qd)
-    return _rnea(arm, bodies, q, qd, jnp.zeros_like(qd), _base_acceleration(arm, dtype), f_ext)[0]
+    return _reference_rnea(arm, bodies, q, qd, jnp.zeros_like(qd), _base_acceleration(arm, dtype), f_ext)[0]
 
 
 def gravity_torques(arm: Arm, q):
     """Torques (n,) that hold the arm still against gravity, g(q)."""
     (q,) = _state(arm, "gravity_torques", q=q)
-    z = jnp.zeros_like(q)
-    return _bias(arm, body_model(arm), q, z)
+    bodies = body_model(arm)
+    dtype = jnp.result_type(bodies.mass, q)
+    return _rnea(arm, bodies, q, jnp.zeros_like(q), None, _base_acceleration(arm, dtype))[0]
 
 
-def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
+def _reference_composite_mass_matrix(arm: Arm, bodies: Bodies, q):
     """Walker-Orin method 3 (composite rigid bodies), Swartz eqs 16-26 with the ERRATA's
-    A_i^{i-1} Z0 in eq 26 and j = N..1 in eq 23."""
+    A_i^{i-1} Z0 in eq 26 and j = N..1 in eq 23 (reference implementation)."""
     n = arm.n
     transforms = [joint_transform(bodies, i, rev, q[i]) for i, rev in enumerate(arm.is_revolute)]
     # Composite inertia of bodies i..n about body i's origin, in body i's frame (Swartz eqs 16-19).
@@ -204,15 +238,24 @@ def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
     return upper + jnp.triu(Mfull, 1).T
 
 
+def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
+    """M(q) (n, n) of the links: the equations of :func:`_reference_composite_mass_matrix`
+    computed by the component-wise kernel :func:`jaxarm._kernels.composite_mass_matrix`."""
+    frames = _kernels.joint_frames(bodies, arm.is_revolute, q)
+    return _kernels.matrix(_kernels.composite_mass_matrix(bodies, arm.is_revolute, frames))
+
+
 def mass_matrix(arm: Arm, q):
     """Joint-space inertia matrix M(q) (n, n), including reflected rotor inertia G^2 Jm on the
     diagonal. Composite-body method (Walker-Orin method 3, Swartz eqs 16-26)."""
     (q,) = _state(arm, "mass_matrix", q=q)
-    return _mass_matrix(arm, body_model(arm), q)
+    M = _composite_mass_matrix(arm, body_model(arm), q)
+    return M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
 
 
 def _mass_matrix(arm, bodies, q):
-    M = _composite_mass_matrix(arm, bodies, q)
+    """M(q) by the reference composite-body code (used inside rollouts: see the module docstring)."""
+    M = _reference_composite_mass_matrix(arm, bodies, q)
     return M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
 
 
@@ -223,7 +266,7 @@ def mass_matrix_by_columns(arm: Arm, q):
     bodies = body_model(arm)
     zero = jnp.zeros(3, jnp.result_type(bodies.mass, q))
     eye = jnp.eye(arm.n, dtype=zero.dtype)
-    cols = jax.vmap(lambda e: _rnea(arm, bodies, q, jnp.zeros_like(q), e, zero)[0])(eye)
+    cols = jax.vmap(lambda e: _reference_rnea(arm, bodies, q, jnp.zeros_like(q), e, zero)[0])(eye)
     return cols.T + jnp.diag(drives._reflected_inertia(arm).astype(zero.dtype))
 
 

@@ -24,7 +24,8 @@ class Trajectory(NamedTuple):
     t: (T+1,) times; q, qd: (T+1, n) states (row 0 is the initial state);
     qdd: (T, n) acceleration at the start of each step; tau: (T, n) joint torque applied at the
     start of each step (after the motor model); u: (T, n) the input held over each step
-    (torque or voltage, after DAC quantization and saturation);
+    (torque or voltage, after DAC quantization and saturation: voltages clipped at
+    ``voltage_limit``, torques at ``arm.limits.torque`` when ``saturate``);
     diverged_step: () int, the first step whose result was NaN/inf or beyond the bound, -1 if none.
     From that step on the state is frozen at its last good value.
     """
@@ -89,6 +90,7 @@ def rollout(
     checkpoint: bool = False,
     saturate: bool = True,
     on_divergence: str = "raise",
+    unroll: int = 1,
 ) -> Trajectory:
     """Simulate T steps of length dt from (q0, qd0).
 
@@ -107,6 +109,7 @@ def rollout(
         long rollouts need memory for the states only.
     on_divergence: "raise" raises :class:`DivergenceError` when the result is concrete (outside
         jit); "flag" only sets ``Trajectory.diverged_step`` (always the case under jit/vmap).
+    unroll: steps per iteration of the compiled time loop (``jax.lax.scan``'s ``unroll``).
     """
     checks.check_arm(arm, "rollout")
     q0 = checks.joint_vector(q0, arm, "q0", "rollout")
@@ -115,6 +118,8 @@ def rollout(
         raise ValueError(f"rollout: input: expected 'torque' or 'voltage', got {input!r}")
     if on_divergence not in ("raise", "flag"):
         raise ValueError(f"rollout: on_divergence: expected 'raise' or 'flag', got {on_divergence!r}")
+    if not isinstance(unroll, (int, np.integer)) or isinstance(unroll, bool) or unroll < 1:
+        raise ValueError(f"rollout: unroll: expected a positive whole number of steps, got {unroll!r}")
     if not isinstance(hold, (int, np.integer)) or hold < 1:
         raise ValueError(f"rollout: hold: expected a positive whole number of steps, got {hold!r}")
     if not isinstance(dt, jax.core.Tracer) and not float(dt) > 0:
@@ -144,19 +149,22 @@ def rollout(
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
 
+    tau_limit = jnp.asarray(arm.limits.torque, dtype)
+
     def command(k, t, q, qd):
+        """The input applied over step k: DAC, then saturation (what Trajectory.u records)."""
         u = policy(t, q, qd) if policy is not None else schedule[k]
         u = jnp.asarray(u, dtype)
         if dac is not None:
             u = dac(u)
-        return u
-
-    tau_limit = jnp.asarray(arm.limits.torque, dtype)
-
-    def torque_of(u, qd):
         if input == "voltage":
-            return motors._motor_torque(arm, u, qd)
+            return motors._saturate(arm, u).astype(dtype)
         return jnp.clip(u, -tau_limit, tau_limit) if saturate else u
+
+    def torque_of(u, qd):  # u is already saturated by command()
+        if input == "voltage":
+            return motors._motor_torque(arm, u, qd, saturate=False)
+        return u
 
     def body(carry, k):
         q, qd, u_held, diverged = carry
@@ -182,7 +190,9 @@ def rollout(
     if checkpoint:
         body = jax.checkpoint(body)
     init = (q0.astype(dtype), qd0.astype(dtype), jnp.zeros(n, dtype), jnp.asarray(-1, jnp.int32))
-    (_, _, _, diverged), (qs, qds, qdds, taus, us) = jax.lax.scan(body, init, jnp.arange(T, dtype=jnp.int32))
+    (_, _, _, diverged), (qs, qds, qdds, taus, us) = jax.lax.scan(
+        body, init, jnp.arange(T, dtype=jnp.int32), unroll=int(unroll)
+    )
     traj = Trajectory(
         t=t0 + dt * jnp.arange(T + 1, dtype=dtype),
         q=jnp.concatenate([q0[None].astype(dtype), qs]),

@@ -60,7 +60,7 @@ def hand_rollout(arm, q0, qd0, U, dt, *, voltage=False, hold=1, dac=None, f_ext=
             if dac is not None:
                 u = dac_numpy(u, dac.full_scale, dac.bits)
         fe = np.zeros(6) if f_ext is None else np.asarray(f_ext[k], float)
-        us.append(u)
+        us.append(np.clip(u, -Vlim, Vlim) if voltage else u)  # Trajectory.u records the saturated input
         taus.append(torque(u, qd))
         f = lambda t, qs_, qds_, u=u, fe=fe: np.asarray(forward_dynamics(arm, qs_, qds_, torque(u, qds_), fe))  # noqa: E731
         q, qd = kutta_rk3_step(f, k * dt, q, qd, dt)
@@ -151,20 +151,24 @@ def test_wrench_schedule_is_applied_row_by_row(voltage_case):
 
 
 def test_hold_keeps_the_input_over_each_block_of_5(voltage_case):
-    _, U, _, traj = voltage_case
+    arm, U, _, traj = voltage_case
+    lim = np.asarray(arm.drives.voltage_limit)
     u = np.asarray(traj.u).reshape(BLOCK // 5, 5, 3)
     np.testing.assert_array_equal(u, np.repeat(u[:, :1], 5, axis=1))  # constant over each block
-    np.testing.assert_allclose(u[:, 0], dac_numpy(U[::5], 10.0, 8), atol=1e-14)  # sampled at the block's first step
+    # sampled at the block's first step (then saturated at the drive's voltage limit)
+    np.testing.assert_allclose(u[:, 0], np.clip(dac_numpy(U[::5], 10.0, 8), -lim, lim), atol=1e-14)
     assert np.all(np.any(np.diff(u[:, 0], axis=0) != 0, axis=1))  # and changes between blocks
 
 
 def test_dac_quantizes_and_clips_in_rollout(voltage_case):
-    _, U, _, traj = voltage_case
+    arm, U, _, traj = voltage_case
+    lim = np.asarray(arm.drives.voltage_limit)  # Trajectory.u is after the DAC and the voltage clip
     u = np.asarray(traj.u)
-    np.testing.assert_allclose(u / DAC_STEP, np.round(u / DAC_STEP), atol=1e-12)  # whole levels
+    inside = np.abs(u) < lim
+    np.testing.assert_allclose((u / DAC_STEP)[inside], np.round(u / DAC_STEP)[inside], atol=1e-12)  # whole levels
     assert u.min() >= -10.0 and u.max() <= 10.0 - DAC_STEP
-    np.testing.assert_allclose(u[10], [10.0 - DAC_STEP, -10.0, 10.0 - DAC_STEP], atol=1e-14)
-    assert np.max(np.abs(u[::5] - np.clip(U[::5], -10.0, 10.0 - DAC_STEP))) <= DAC_STEP / 2 + 1e-12
+    np.testing.assert_allclose(u[10], np.clip([10.0 - DAC_STEP, -10.0, 10.0 - DAC_STEP], -lim, lim), atol=1e-14)
+    assert np.max(np.abs(u[::5] - np.clip(np.clip(U[::5], -10.0, 10.0 - DAC_STEP), -lim, lim))) <= DAC_STEP / 2 + 1e-12
 
 
 def slider():

@@ -1,0 +1,164 @@
+"""Smoke test of the benchmark suite, experiments/benchmark.py (issue 6). No timing is asserted.
+
+One ``--quick --dtypes float64`` run in a subprocess (about 40 s on 2 idle cores, mostly compile
+time): it must finish, print parseable JSON lines with the documented keys, write its ``--record``
+file and compare itself with the repository's baseline. The peers' "same arm" checks are
+asserted (they are correctness, not speed). The regression logic and the float32 check are tested
+in-process on made-up rows and one small compiled program.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "experiments" / "benchmark.py"
+KEYS = {"arm", "dtype", "quantity", "implementation", "batch", "value", "unit"}
+UNITS = {
+    "inverse_dynamics": "states/s",
+    "mass_matrix": "states/s",
+    "forward_dynamics": "states/s",
+    "rollout_rk3": "steps/s",
+    "rollout_rk4": "steps/s",
+    "rollout_grad": "x forward",
+    "compile": "s",
+    "latency": "s",
+}
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("jaxarm_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _installed(name):
+    return importlib.util.find_spec(name) is not None
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    record = tmp_path_factory.mktemp("benchmark") / "run.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--dtypes", "float64", "--record", str(record)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, f"benchmark --quick failed:\n{proc.stderr[-4000:]}"
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return lines, json.loads(record.read_text()), proc.stderr
+
+
+def test_quick_prints_machine_then_measurements(quick):
+    lines, _, _ = quick
+    machine = lines[0]["machine"]
+    for k in ("cpu", "cores", "python", "jax", "jaxlib", "numpy", "backend"):
+        assert machine[k], k
+    rows = [x for x in lines if "quantity" in x and "implementation" in x]
+    assert rows
+    for r in rows:
+        assert KEYS <= set(r), r
+        assert r["unit"] == UNITS[r["quantity"]], r
+        assert math.isfinite(r["value"]) and r["value"] > 0, r
+        assert r["arm"] == "puma560" and r["dtype"] == "float64" and r["batch"] >= 1
+    ours = {r["quantity"] for r in rows if r["implementation"].startswith("jaxarm ")}
+    assert ours == {"inverse_dynamics", "mass_matrix", "forward_dynamics", "rollout_rk3", "compile", "latency"}
+    entries = {r["entry"] for r in rows if r["quantity"] in ("compile", "latency")}
+    assert {"inverse_dynamics", "rollout_rk3", "forward_dynamics_single"} <= entries
+
+
+def test_quick_peers_are_labelled_and_simulate_the_same_arm(quick):
+    lines, _, _ = quick
+    rows = [x for x in lines if "implementation" in x]
+    checks = {c["check"].split()[0]: c for c in lines if "check" in c}
+    if _installed("pinocchio"):
+        import pinocchio
+
+        pin_rows = [r for r in rows if r["implementation"] == f"pinocchio {pinocchio.__version__}"]
+        assert {r["quantity"] for r in pin_rows} == {"inverse_dynamics", "mass_matrix", "forward_dynamics"}
+        assert checks["pinocchio"]["max_abs_diff"] < 1e-9 * max(1.0, checks["pinocchio"]["max_abs"])
+        assert any(x.get("ratio", "").startswith("jaxarm inverse_dynamics / pinocchio") for x in lines)
+    if _installed("mujoco"):
+        import mujoco
+
+        mj_rows = [r for r in rows if r["implementation"] == f"mujoco {mujoco.__version__}"]
+        assert mj_rows and all(r["quantity"] == "rollout_rk4" and r["steps"] == 1000 for r in mj_rows)
+        assert checks["mujoco.rollout"]["max_abs_diff"] < 1e-9
+        assert any(x.get("ratio") == "jaxarm rk3 / mujoco rk4" for x in lines)
+
+
+def test_quick_records_compares_and_reports_targets(quick):
+    lines, record, stderr = quick
+    rows = [x for x in lines if "quantity" in x and "implementation" in x]
+    assert record["rows"] == rows and record["machine"] == lines[0]["machine"]
+    assert "--quick" in record["command"]
+    comparison = [x for x in lines if "comparison" in x]
+    assert len(comparison) == 1
+    if (ROOT / "experiments" / "benchmark_baseline.json").exists():
+        assert comparison[0]["matched"] > 0
+        compared = [x for x in lines if "compare" in x]
+        assert len(compared) == comparison[0]["matched"]
+        assert all(c["status"] in ("ok", "REGRESSION") and c["slowdown"] > 0 for c in compared)
+    targets = [x for x in lines if "target" in x]
+    assert any("compile" in t["target"] for t in targets)
+    assert all(isinstance(t["met"], bool) for t in targets)
+    assert "puma560 inverse_dynamics [states/s]" in stderr  # the summary table
+
+
+def _row(quantity, library, value, unit, batch=256, **extra):
+    return dict(arm="puma560", dtype="float64", quantity=quantity, implementation=f"{library} 1.0", batch=batch,
+                value=value, unit=unit, **extra)
+
+
+def test_regression_check_uses_the_same_run_peer_ratio():
+    bench = _load_benchmark()
+    base = [
+        _row("inverse_dynamics", "jaxarm", 1e6, "states/s"),
+        _row("inverse_dynamics", "pinocchio", 5e5, "states/s", batch=1),
+        _row("mass_matrix", "jaxarm", 1e6, "states/s"),
+        _row("mass_matrix", "pinocchio", 1e6, "states/s", batch=1),
+        _row("compile", "jaxarm", 2.0, "s", entry="rollout_rk3", steps=1000),
+    ]
+    now = [
+        _row("inverse_dynamics", "jaxarm", 5e5, "states/s"),  # half as fast, and so is the peer: slower machine
+        _row("inverse_dynamics", "pinocchio", 2.5e5, "states/s", batch=1),
+        _row("mass_matrix", "jaxarm", 5e5, "states/s"),  # half as fast while the peer is not: a regression
+        _row("mass_matrix", "pinocchio", 1e6, "states/s", batch=1),
+        _row("compile", "jaxarm", 2.8, "s", entry="rollout_rk3", steps=1000),  # 40 % longer, no peer
+        _row("compile", "jaxarm", 9.0, "s", entry="rollout_rk3", steps=100),  # no baseline row: not compared
+    ]
+    out = {(c["compare"]["quantity"], c["compare"]["implementation"]): c for c in bench.compare(now, {"rows": base}, 0.30)}
+    assert len(out) == 5
+    idyn = out["inverse_dynamics", "jaxarm 1.0"]
+    assert idyn["slowdown"] == pytest.approx(2.0) and idyn["slowdown_vs_peer"] == pytest.approx(1.0)
+    assert idyn["status"] == "ok"
+    assert out["mass_matrix", "jaxarm 1.0"]["status"] == "REGRESSION"
+    assert out["compile", "jaxarm 1.0"]["slowdown"] == pytest.approx(1.4)
+    assert out["compile", "jaxarm 1.0"]["status"] == "REGRESSION"
+    assert out["inverse_dynamics", "pinocchio 1.0"]["status"] == "REGRESSION"  # peers: absolute only
+    assert bench.compare(now, {"rows": base}, 1.5)[2]["status"] == "ok"
+
+
+def test_float32_path_has_no_float64_in_the_compiled_program():
+    bench = _load_benchmark()
+    arm = bench.benchmark_arm("puma560").astype(jnp.float32)
+    args = [jnp.zeros((4, arm.n), jnp.float32)] * 3
+    compiled, timing = bench.compile_timed(jax.vmap(bench.dynamics_fn(arm, "inverse_dynamics")), *args)
+    assert timing["value"] > 0 and timing["cpu_seconds"] > 0
+    assert compiled(*args).dtype == jnp.float32
+    assert bench.f64_ops(compiled) == 0
+    arm64 = bench.benchmark_arm("puma560")
+    c64, _ = bench.compile_timed(jax.vmap(bench.dynamics_fn(arm64, "inverse_dynamics")), *[np.zeros((4, arm.n))] * 3)
+    assert bench.f64_ops(c64) > 0  # the counter can fail

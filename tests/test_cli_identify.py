@@ -1,0 +1,160 @@
+"""``jaxarm identify``: the identified arm file reproduces the fitted model, the report says what
+was fitted, and a log that cannot identify the arm is refused with no file written."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+from helpers import random_arm
+
+import jaxarm
+from jaxarm import cli
+from jaxarm import consistent_identification as ci
+from jaxarm.identification import predict_torques, torque_rmse
+from jaxarm.logs import load_log, preprocess_log
+
+RATE = 200.0  # Hz
+DURATION = 3.0  # s
+
+
+def _trajectory(n, t, seed=0):
+    """q = sum of sines (3 harmonics per joint), with exact qd."""
+    rng = np.random.default_rng(seed)
+    w = 2 * np.pi * np.array([0.4, 0.9, 1.7])
+    a = rng.uniform(0.2, 0.6, (n, 3)) / np.arange(1, 4)
+    phase = rng.uniform(0, 2 * np.pi, (n, 3))
+    arg = t[:, None, None] * w + phase
+    q = np.sum(a * np.sin(arg), axis=-1)
+    qd = np.sum(a * w * np.cos(arg), axis=-1)
+    qdd = np.sum(-a * w**2 * np.sin(arg), axis=-1)
+    return q, qd, qdd
+
+
+def _write_log(path, t, q, dq=None, tau=None):
+    n = q.shape[1]
+    cols, names = [t[:, None], q], ["t"] + [f"q{j + 1}" for j in range(n)]
+    if dq is not None:
+        cols.append(dq)
+        names += [f"dq{j + 1}" for j in range(n)]
+    if tau is not None:
+        cols.append(tau)
+        names += [f"tau{j + 1}" for j in range(n)]
+    np.savetxt(path, np.column_stack(cols), delimiter=",", header=",".join(names), comments="", fmt="%.17g")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A 2-joint arm with drive friction, its file, and a noisy torque log it produced."""
+    folder = tmp_path_factory.mktemp("identify")
+    truth = random_arm(11, "RR", drives=True)
+    t = np.arange(0.0, DURATION, 1.0 / RATE)
+    q, qd, qdd = _trajectory(truth.n, t)
+    tau = predict_torques(truth, q, qd, qdd) + 0.01 * np.random.default_rng(1).normal(size=q.shape)
+    log = _write_log(folder / "log.csv", t, q, qd, tau)
+    # the prior: the truth with every link's mass off by 20 %, friction off by 50 %
+    prior = truth.replace(links=dataclasses.replace(truth.links, mass=np.asarray(truth.links.mass) * 1.2),
+                          drives=dataclasses.replace(truth.drives, viscous_friction=np.asarray(truth.drives.viscous_friction) * 1.5))
+    arm_file = str(jaxarm.save_arm(prior, folder / "prior.toml"))
+    return {"folder": folder, "truth": truth, "prior": prior, "arm": arm_file, "log": log, "t": t, "q": q, "qd": qd, "tau": tau}
+
+
+def _run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path):
+    out, report, plot = tmp_path / "identified.toml", tmp_path / "report.json", tmp_path / "fit.png"
+    code, stdout, err = _run(capsys, "identify", setup["log"], "--arm", setup["arm"], "--out", str(out),
+                             "--report", str(report), "--plot", str(plot), "--fit-until", "2.2", "--steps", "60")
+    assert code == 0, err
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fit.png", "identified.toml", "report.json"]  # no temporaries
+    assert "physically consistent: yes" in stdout
+    fitted = jaxarm.load_arm(out)
+    # the same fit in-process (deterministic) gives the same model as the file, to round-off
+    log = load_log(setup["log"], fitted)
+    fit_log = preprocess_log(log.slice(None, 2.2))
+    prior = jaxarm.load_arm(setup["arm"])
+    fit = ci.fit_consistent(prior, fit_log.q, fit_log.dq, fit_log.ddq, fit_log.tau, max_steps=60)
+    rng = np.random.default_rng(2)
+    states = rng.uniform(-2, 2, (3, 50, 2))
+    f = jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))
+    a, b = np.asarray(f(fitted, *states)), np.asarray(f(fit.arm, *states))
+    np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())
+    # the report's RMSE are those of the file's arm on the fit / held-out samples
+    rep = json.loads(report.read_text())
+    np.testing.assert_allclose(rep["rmse"]["fit"], torque_rmse(fit_log.tau, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq)), rtol=1e-9)
+    held = preprocess_log(log.slice(2.2, None), trim=0.0, filter_torque=False)
+    np.testing.assert_allclose(rep["rmse"]["heldout"], torque_rmse(held.tau, predict_torques(fitted, held.q, held.dq, held.ddq)), rtol=1e-9)
+    # the fit improved on the prior, and reaches the noise level (0.01 N m) within a small factor
+    prior_rmse = torque_rmse(held.tau, predict_torques(prior, held.q, held.dq, held.ddq))
+    assert np.all(np.asarray(rep["rmse"]["heldout"]) < 0.5 * prior_rmse)
+
+
+def test_report_content(setup, capsys, tmp_path):
+    out, report = tmp_path / "lin.toml", tmp_path / "lin.json"
+    code, stdout, err = _run(capsys, "identify", setup["log"], "--arm", setup["arm"], "--out", str(out),
+                             "--report", str(report), "--method", "linear")
+    assert code == 0, err
+    rep = json.loads(report.read_text())
+    assert rep["method"] == "linear" and rep["samples"]["heldout"] == 0 and rep["rmse"]["heldout"] is None
+    lin = rep["linear"]
+    assert rep["condition_number"] == lin["condition_number"] > 1
+    assert lin["rank"] == len(lin["base_parameters"]) > 0
+    for b in lin["base_parameters"]:
+        assert b["std"] > 0 and np.isfinite(b["value"])
+    assert set(rep["consistency"]) == {"joint 1", "joint 2"}
+    assert all(set(v) == {"ok", "problems"} for v in rep["consistency"].values())
+    assert len(rep["rmse"]["fit"]) == 2 and all(r < 0.05 for r in rep["rmse"]["fit"])  # noise 0.01
+    assert "rank" in stdout and "condition number" in stdout
+
+
+def _assert_refused(capsys, tmp_path, argv, match):
+    out, report = tmp_path / "x.toml", tmp_path / "x.json"
+    code, stdout, err = _run(capsys, *argv, "--out", str(out), "--report", str(report))
+    assert code == 2, (stdout, err)
+    assert err.startswith("jaxarm: error: ") and err.count("\n") == 1, err
+    assert match in err, err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("x.", ".x."))) == []
+    return err
+
+
+def test_log_that_cannot_identify_is_refused_without_output(setup, capsys, tmp_path):
+    t, q, qd, tau = setup["t"], setup["q"].copy(), setup["qd"].copy(), setup["tau"]
+    arm = setup["arm"]
+    # joint 2 never moves: its friction and the inertia it carries are not identifiable
+    q[:, 1] = 0.3
+    qd[:, 1] = 0.0
+    still = _write_log(tmp_path / "still.csv", t, q, qd, tau)
+    _assert_refused(capsys, tmp_path, ["identify", still, "--arm", arm], "do not move")
+    # too short: fewer equations than base parameters
+    short = _write_log(tmp_path / "short.csv", t[:8], setup["q"][:8], setup["qd"][:8], tau[:8])
+    _assert_refused(capsys, tmp_path, ["identify", short, "--arm", arm], "too short")
+    # no torque column
+    notau = _write_log(tmp_path / "notau.csv", t, setup["q"], setup["qd"])
+    _assert_refused(capsys, tmp_path, ["identify", notau, "--arm", arm], "no torque columns")
+    # a held-out split that leaves nothing to hold out, and a contradictory option pair
+    _assert_refused(capsys, tmp_path, ["identify", setup["log"], "--arm", arm, "--fit-until", "100"], "nothing is held out")
+    _assert_refused(capsys, tmp_path, ["identify", setup["log"], "--arm", arm, "--method", "linear", "--friction", "sigmoid"], "not linear")
+    _assert_refused(capsys, tmp_path, ["identify", str(tmp_path / "missing.csv"), "--arm", arm], "no such file")
+
+
+def test_existing_output_untouched_on_error(setup, capsys, tmp_path):
+    out = tmp_path / "keep.toml"
+    out.write_text("old\n")
+    q = setup["q"].copy()
+    q[:, 0] = 0.0
+    qd = setup["qd"].copy()
+    qd[:, 0] = 0.0
+    still = _write_log(tmp_path / "still.csv", setup["t"], q, qd, setup["tau"])
+    code = cli.main(["identify", still, "--arm", setup["arm"], "--out", str(out)])
+    assert code == 2
+    assert out.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.toml", "still.csv"]

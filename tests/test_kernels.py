@@ -1,0 +1,174 @@
+"""The fast component-wise kernels (jaxarm._kernels) against the readable reference
+implementations kept in jaxarm.dynamics (_reference_rnea, _reference_composite_mass_matrix),
+and the polynomial sine/cosine against NumPy.
+
+Random arms of every convention (standard / modified DH, placements), revolute and prismatic
+joints (also a prismatic first joint), drives, payload, base and tool transforms; single and
+batched states, float64 and float32, values and derivatives (grad, jacfwd, hessian).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxarm
+from helpers import assert_close, random_arm, random_state, random_wrench
+from jaxarm import _kernels, drives, dynamics, linalg
+from jaxarm.arm import body_model
+
+CASES = [(c, t) for c in ("standard", "modified", "placement") for t in ("RRPR", "PRPR")]
+IDS = [f"{c}-{t}" for c, t in CASES]
+
+
+def _arm(case, seed=0, joints=None):
+    convention, types = case
+    types = types if joints is None else types[:joints]
+    return random_arm(seed, types, convention, drives=True, payload=True, base=True, tool=True, gravity=(0.3, -1.2, -9.81))
+
+
+def _reference(arm, q, qd, qdd, f_ext=None):
+    """tau, wrenches, M and forward dynamics from the reference functions only."""
+    bodies = body_model(arm)
+    dtype = jnp.result_type(bodies.mass, q)
+    a0 = dynamics._base_acceleration(arm, dtype)
+    tau, wrenches = dynamics._reference_rnea(arm, bodies, q, qd, qdd, a0, f_ext)
+    M = dynamics._reference_composite_mass_matrix(arm, bodies, q) + jnp.diag(drives._reflected_inertia(arm))
+    bias = dynamics._reference_rnea(arm, bodies, q, qd, jnp.zeros_like(qd), a0, f_ext)[0]
+    return tau, wrenches, M, bias
+
+
+# --------------------------------------------------------------------------------------
+# sine and cosine
+
+
+def test_sincos_matches_numpy_float64():
+    x = np.concatenate([np.linspace(-10.0, 10.0, 20001), np.linspace(-1e6, 1e6, 20001), np.arange(-50, 51) * np.pi / 4])
+    s, c = jax.jit(_kernels.sincos)(x)
+    assert np.abs(np.asarray(s) - np.sin(x)).max() <= 4e-16
+    assert np.abs(np.asarray(c) - np.cos(x)).max() <= 4e-16
+
+
+def test_sincos_matches_numpy_float32():
+    x = np.linspace(-1e3, 1e3, 20001).astype(np.float32)
+    s, c = jax.jit(_kernels.sincos)(x)
+    assert s.dtype == jnp.float32 and c.dtype == jnp.float32
+    x64 = x.astype(np.float64)
+    assert np.abs(np.asarray(s, np.float64) - np.sin(x64)).max() <= 2.5e-7
+    assert np.abs(np.asarray(c, np.float64) - np.cos(x64)).max() <= 2.5e-7
+
+
+def test_sincos_derivatives():
+    x = np.linspace(-7.0, 7.0, 57)
+    ds = jax.vmap(jax.grad(lambda t: _kernels.sincos(t)[0]))(x)
+    dc = jax.vmap(jax.grad(lambda t: _kernels.sincos(t)[1]))(x)
+    d2s = jax.vmap(jax.hessian(lambda t: _kernels.sincos(t)[0]))(x)
+    np.testing.assert_allclose(ds, np.cos(x), atol=1e-15)
+    np.testing.assert_allclose(dc, -np.sin(x), atol=1e-15)
+    np.testing.assert_allclose(d2s, -np.sin(x), atol=1e-15)
+
+
+def test_assembly_helpers():
+    vals = [jnp.asarray(float(k)) for k in range(5)]
+    np.testing.assert_array_equal(_kernels.vector(vals), np.arange(5.0))
+    rows = [[jnp.asarray(3.0 * i + j) for j in range(3)] for i in range(4)]
+    np.testing.assert_array_equal(_kernels.matrix(rows), np.arange(12.0).reshape(4, 3))
+    small = [[jnp.asarray(2.0 * i + j) for j in range(2)] for i in range(2)]
+    np.testing.assert_array_equal(_kernels.matrix(small), np.arange(4.0).reshape(2, 2))
+
+
+# --------------------------------------------------------------------------------------
+# Kernels against the reference
+
+
+MATCH = [(case, True) for case in CASES] + [(CASES[0], False), (CASES[5], False)]
+
+
+@pytest.mark.parametrize("case,with_wrench", MATCH, ids=[f"{c}-{t}-{'wrench' if w else 'free'}" for (c, t), w in MATCH])
+def test_kernels_match_reference(case, with_wrench):
+    arm = _arm(case)
+    q, qd, qdd = random_state(3, arm.n)
+    f_ext = random_wrench(3) if with_wrench else None
+    tau_ref, wrench_ref, M_ref, bias_ref = _reference(arm, q, qd, qdd, f_ext)
+    friction = drives.friction_torques(arm, qd)
+    assert_close(jaxarm.rigid_body_torques(arm, q, qd, qdd, f_ext), tau_ref, 1e-12, "rnea")
+    assert_close(jaxarm.joint_wrenches(arm, q, qd, qdd, f_ext), wrench_ref, 1e-12, "wrenches")
+    assert_close(jaxarm.bias_forces(arm, q, qd, f_ext), bias_ref, 1e-12, "bias")
+    assert_close(jaxarm.mass_matrix(arm, q), M_ref, 1e-12, "mass matrix")
+    tau = tau_ref + drives.reflected_inertia(arm) * qdd + friction
+    assert_close(jaxarm.inverse_dynamics(arm, q, qd, qdd, f_ext), tau, 1e-12, "inverse dynamics")
+    qdd_ref = np.linalg.solve(np.asarray(M_ref), np.asarray(tau - bias_ref - friction))
+    assert_close(jaxarm.forward_dynamics(arm, q, qd, tau, f_ext), qdd_ref, 1e-10, "forward dynamics")
+
+
+@pytest.mark.parametrize("case", CASES[:3], ids=IDS[:3])
+def test_kernels_float32(case):
+    arm = _arm(case)
+    q, qd, qdd = random_state(4, arm.n)
+    arm32 = arm.astype(jnp.float32)
+    q32, qd32, qdd32 = (jnp.asarray(x, jnp.float32) for x in (q, qd, qdd))
+    tau_ref, _, M_ref, _ = _reference(arm, q, qd, qdd)
+    tau = jaxarm.inverse_dynamics(arm32, q32, qd32, qdd32)
+    M = jaxarm.mass_matrix(arm32, q32)
+    assert tau.dtype == jnp.float32 and M.dtype == jnp.float32
+    assert_close(jaxarm.rigid_body_torques(arm32, q32, qd32, qdd32), tau_ref, 2e-5, "rnea float32")
+    assert_close(M, M_ref, 2e-5, "mass matrix float32")
+    assert jaxarm.forward_dynamics(arm32, q32, qd32, tau).dtype == jnp.float32
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[5]], ids=[IDS[0], IDS[5]])
+def test_kernels_batched_equal_single(case):
+    arm = _arm(case, joints=3)
+    states = [random_state(10 + k, arm.n) for k in range(4)]
+    Q, QD, QDD = (np.stack(x) for x in zip(*states))
+    batched = jax.jit(jax.vmap(lambda q, qd, qdd: (jaxarm.inverse_dynamics(arm, q, qd, qdd), jaxarm.mass_matrix(arm, q), jaxarm.forward_dynamics(arm, q, qd, qdd))))
+    tau_b, M_b, qdd_b = batched(Q, QD, QDD)
+    for k in range(4):
+        tau_ref, _, M_ref, _ = _reference(arm, Q[k], QD[k], QDD[k])
+        assert_close(tau_b[k], tau_ref + drives.reflected_inertia(arm) * QDD[k] + drives.friction_torques(arm, QD[k]), 1e-12, "batched tau")
+        assert_close(M_b[k], M_ref, 1e-12, "batched M")
+        assert_close(qdd_b[k], jaxarm.forward_dynamics(arm, Q[k], QD[k], QDD[k]), 1e-12, "batched forward dynamics")
+
+
+def test_kernels_batched_over_arms():
+    arms = [random_arm(s, "RPR", "modified", payload=True, name="same") for s in range(3)]
+    stacked = jaxarm.stack_arms(arms)
+    q, qd, qdd = random_state(5, 3)
+    taus = jax.vmap(lambda a: jaxarm.inverse_dynamics(a, q, qd, qdd))(stacked)
+    for k, arm in enumerate(arms):
+        assert_close(taus[k], _reference(arm, q, qd, qdd)[0], 1e-12, f"arm {k}")
+
+
+@pytest.mark.parametrize("case", [CASES[1], CASES[4]], ids=[IDS[1], IDS[4]])
+def test_kernel_derivatives_match_reference(case):
+    arm = _arm(case, joints=3)
+    q, qd, qdd = random_state(6, arm.n)
+    bodies = body_model(arm)
+    a0 = dynamics._base_acceleration(arm, jnp.float64)
+
+    def kernel(x):
+        return dynamics._rnea(arm, bodies, x, qd, qdd, a0)[0]
+
+    def reference(x):
+        return dynamics._reference_rnea(arm, bodies, x, qd, qdd, a0)[0]
+
+    assert_close(jax.jacfwd(kernel)(q), jax.jacfwd(reference)(q), 1e-11, "d tau / d q")
+    hk = jax.hessian(lambda x: kernel(x)[0])(q)
+    hr = jax.hessian(lambda x: reference(x)[0])(q)
+    assert_close(hk, hr, 1e-10, "hessian")
+
+    def M_of(mass, fn):
+        links = arm.links.__class__(mass=mass, com=arm.links.com, inertia=arm.links.inertia)
+        a = arm.replace(links=links)
+        return fn(a, body_model(a), q)
+
+    gk = jax.jacfwd(lambda m: M_of(m, dynamics._composite_mass_matrix))(arm.links.mass)
+    gr = jax.jacfwd(lambda m: M_of(m, dynamics._reference_composite_mass_matrix))(arm.links.mass)
+    assert_close(gk, gr, 1e-11, "d M / d mass")
+    g_fd = jax.grad(lambda x: jnp.sum(jaxarm.forward_dynamics(arm, x, qd, qdd) ** 2))(q)
+    M_ref = lambda x: dynamics._reference_composite_mass_matrix(arm, body_model(arm), x) + jnp.diag(drives._reflected_inertia(arm))  # noqa: E731
+    bias_ref = lambda x: dynamics._reference_rnea(arm, bodies, x, qd, jnp.zeros_like(qd), a0)[0]  # noqa: E731
+    g_ref = jax.grad(lambda x: jnp.sum(linalg.cholesky_solve(M_ref(x), qdd - bias_ref(x) - drives._friction_torques(arm, qd)) ** 2))(q)
+    assert_close(g_fd, g_ref, 1e-10, "grad of forward dynamics")

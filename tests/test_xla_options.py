@@ -1,0 +1,132 @@
+"""XLA compiler options (jaxarm._xla) and the inputs a rollout records (Trajectory.u)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxarm
+from jaxarm import _xla
+from tests.helpers_sim import BLOCK, roll, sim_arm, with_drives
+
+
+def test_options_only_on_a_cpu_backend_that_accepts_them():
+    assert _xla.options_for("cpu", True) == _xla.YNN_OFF
+    for platform in ("gpu", "cuda", "rocm", "tpu", "METAL"):
+        assert _xla.options_for(platform, True) == {}
+    assert _xla.options_for("cpu", False) == {}
+
+
+def test_options_match_the_running_backend():
+    opts = _xla.compiler_options()
+    if jax.default_backend() != "cpu":
+        assert opts == {}
+    else:  # this jaxlib either accepts the option (then it is returned) or it is left out
+        assert opts in ({}, _xla.YNN_OFF)
+        if opts:
+            jax.jit(lambda x: 2.0 * x, compiler_options=opts).lower(jnp.ones(3)).compile()
+    opts["mutated"] = 1  # a fresh dict each call
+    assert "mutated" not in _xla.compiler_options()
+
+
+def test_rollouts_with_and_without_the_options_agree():
+    arm = sim_arm(4)
+    rng = np.random.default_rng(0)
+    B = 8
+    q0, qd0 = rng.uniform(-1, 1, (2, B, arm.n))
+    u = rng.uniform(-2, 2, (B, 40, arm.n))
+
+    def final(q0, qd0, u):
+        traj = jaxarm.rollout(arm, q0, qd0, u, 2e-3, on_divergence="flag")
+        return jnp.concatenate([traj.q[-1], traj.qd[-1]])
+
+    fn = jax.vmap(final)
+    plain = jax.jit(fn)(q0, qd0, u)
+    tuned = jax.jit(fn, compiler_options=_xla.compiler_options())(q0, qd0, u)
+    wrapped = _xla.jit(fn)(q0, qd0, u)
+    assert float(jnp.max(jnp.abs(plain - q0[:, 0, None]))) > 1e-3  # it moves
+    np.testing.assert_allclose(tuned, plain, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(wrapped, plain, rtol=0, atol=1e-12)
+    # inside the user's own jit the wrapper must not pass options (jax allows them top-level only)
+    nested = jax.jit(lambda *a: _xla.jit(fn)(*a) + 0.0)(q0, qd0, u)
+    np.testing.assert_allclose(nested, plain, rtol=0, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------
+# Trajectory.u is the input after saturation (the voltage clip used to act only inside the
+# torque computation, so u recorded voltages beyond voltage_limit)
+
+
+def test_recorded_voltage_is_clipped_at_the_limit():
+    limit = np.array([3.0, 24.0, 5.0])
+    arm = with_drives(sim_arm(2), gear_ratio=[20.0, -15.0, 10.0], torque_constant=[0.05, 0.04, 0.06],
+                      resistance=[1.0, 1.5, 2.0], voltage_limit=limit, rotor_inertia=[1e-5, 2e-5, 3e-5])
+    rng = np.random.default_rng(1)
+    U = rng.uniform(-8.0, 8.0, (BLOCK, arm.n))
+    q0, qd0 = rng.uniform(-0.5, 0.5, (2, arm.n))
+    traj = roll(arm, q0, qd0, U, 2e-3, input="voltage")
+    assert np.any(np.abs(U) > limit)  # the case exercises the clip
+    np.testing.assert_array_equal(np.asarray(traj.u), np.clip(U, -limit, limit))
+    # the recorded voltage is the one acting: unsaturated motor torque of u is the applied torque
+    tau = jax.vmap(lambda v, w: jaxarm.motor_torque(arm, v, w, saturate=False))(traj.u, traj.qd[:-1])
+    np.testing.assert_allclose(traj.tau, tau, rtol=1e-13, atol=1e-13)
+    # and replaying the recorded voltages reproduces the rollout
+    again = roll(arm, q0, qd0, traj.u, 2e-3, input="voltage")
+    np.testing.assert_array_equal(np.asarray(again.q), np.asarray(traj.q))
+
+
+def test_recorded_torque_is_clipped_at_the_torque_limit():
+    arm = sim_arm(2)
+    limit = np.array([0.5, 4.0, 0.2])
+    arm = arm.replace(limits=dataclasses.replace(arm.limits, torque=limit))
+    rng = np.random.default_rng(2)
+    U = rng.uniform(-1.0, 1.0, (BLOCK, arm.n))
+    q0, qd0 = rng.uniform(-0.5, 0.5, (2, arm.n))
+    traj = roll(arm, q0, qd0, U, 2e-3)
+    assert np.any(np.abs(U) > limit)
+    np.testing.assert_array_equal(np.asarray(traj.u), np.clip(U, -limit, limit))
+    np.testing.assert_array_equal(np.asarray(traj.tau), np.asarray(traj.u))
+
+
+# --------------------------------------------------------------------------------------
+# The Runge-Kutta stages in a loop (what rollout uses by name) against the written-out steps
+
+
+def _damped_driven_pendulum(t, q, qd):
+    return -9.81 * jnp.sin(q) - 0.3 * qd + jnp.cos(3.0 * t)
+
+
+def test_rolled_runge_kutta_equals_the_written_out_steps():
+    from jaxarm import integrators
+
+    q, qd = jnp.array([0.4, -1.2, 2.0]), jnp.array([0.3, 0.0, -1.5])
+    for written, rolled in ((integrators.rk3, integrators.rk3_rolled), (integrators.rk4, integrators.rk4_rolled)):
+        for h in (1e-3, 0.05, 0.3):
+            for a, b in zip(written(_damped_driven_pendulum, 0.7, q, qd, h), rolled(_damped_driven_pendulum, 0.7, q, qd, h)):
+                np.testing.assert_allclose(b, a, rtol=1e-14, atol=1e-15)
+    assert integrators.get_method("rk3") is integrators.rk3_rolled
+    assert integrators.get_method("rk4") is integrators.rk4_rolled
+    with np.testing.assert_raises(ValueError):
+        integrators.explicit_rk((0.0, 1.0), ((0.0, 1.0), (1.0, 0.0)), (0.5, 0.5))  # implicit: A not strictly lower
+
+
+def test_rolled_rk3_rollout_equals_the_written_out_one_with_gradients():
+    from jaxarm import integrators
+
+    arm = sim_arm(5)
+    rng = np.random.default_rng(3)
+    q0, qd0 = rng.uniform(-1, 1, (2, arm.n))
+    u = jnp.asarray(rng.uniform(-2, 2, (30, arm.n)))
+
+    def cost(u, method):
+        traj = jaxarm.rollout(arm, q0, qd0, u, 2e-3, method=method, on_divergence="flag")
+        return jnp.sum(traj.q[-1] ** 2 + traj.qd[-1] ** 2)
+
+    by_name = jax.jit(jax.value_and_grad(lambda u: cost(u, "rk3")))(u)
+    written = jax.jit(jax.value_and_grad(lambda u: cost(u, integrators.rk3)))(u)
+    np.testing.assert_allclose(by_name[0], written[0], rtol=1e-13)
+    np.testing.assert_allclose(by_name[1], written[1], rtol=1e-10, atol=1e-13)
+    assert float(jnp.max(jnp.abs(by_name[1]))) > 1e-6
