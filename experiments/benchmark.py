@@ -255,9 +255,11 @@ def compile_timed(fn, *args):
     """(compiled, {"value": wall seconds, "cpu_seconds": process CPU seconds}) of jit + lower + compile.
 
     The CPU time is the better number on a loaded machine (XLA compiles mostly on one thread).
+    Compiled with ``jaxarm._xla.compiler_options()``, the options jaxarm's own jits use.
     """
     c0, t0 = time.process_time(), time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    # jaxarm's recommended XLA options (on CPU: YNNPACK fusions off, see jaxarm._xla), as its own jits use
+    compiled = jax.jit(fn).lower(*args).compile(compiler_options=jaxarm._xla.compiler_options() or None)
     return compiled, {"value": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
 

@@ -21,7 +21,7 @@ Data: ``panda_excitation_traj1.csv`` (Gaz et al. 2019, "Trajectory_1"), read fro
    resampled to 1 kHz, the logged velocity low-passed (zero phase, 4th order, 10 Hz), central
    differences for ddq, no trimming; compared with the MEASURED (resampled, unfiltered) torques.
    The published model is evaluated the same way here (for reference) beside the README's numbers.
-5. For comparison: helper A's linear base-parameter least squares (``identify_linear``) on the same
+5. For comparison: the linear base-parameter least squares (``identify_linear``) on the same
    fit data, the sigmoid friction of the published model kept as known.
 
 Prints JSON lines (one per joint, then a summary and the consistency verdicts), then a table.
