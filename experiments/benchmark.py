@@ -118,14 +118,11 @@ FULL = dict(
 # of a rollout (CPU seconds, jax 0.10.2), so RK4 rollouts, the gradient and MJX (~25 s) are left out
 # (add them with --quantities / --peers).
 QUICK = dict(
+    FULL,
     arms="puma560",
-    dtypes="float64,float32",
     batches="256",
     rollout_batches="16",
-    grad_batches="16",
-    steps=1000,
     mjx_batches="1",
-    mjx_steps=100,
     min_time=0.05,
     peers="pinocchio,mujoco",
     quantities="inverse_dynamics,mass_matrix,forward_dynamics,rollout_rk3,compile,latency",

@@ -44,7 +44,6 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
 
 from . import checks, identification
 from .arm import Arm
@@ -313,7 +312,12 @@ def _weighted_min_norm(Y, rhs, rows_joint, n, rcond, floor):
         if rank == 0:
             raise MotorIdentificationError("identify_motors: the mechanical regressor is zero: the log does not move the arm")
         Ur, sr, Vr = U[:, :rank], s[:rank], Vt[:rank].T
-        null = Vt[rank:].T if Vt.shape[0] == p else scipy.linalg.null_space(Vr.T)  # (p, p - rank)
+        if Vt.shape[0] == p:
+            null = Vt[rank:].T  # (p, p - rank)
+        else:
+            from scipy import linalg  # deferred, as in identification.py: keeps `import jaxarm` light
+
+            null = linalg.null_space(Vr.T)
         B = null / D[:, None]  # null directions of Y in SI coordinates
         keep_out = np.eye(p) - B @ np.linalg.pinv(B)  # minimum SI norm among the solutions
         P = keep_out @ (((Vr / sr) @ Ur.T) * w[None, :] / D[:, None])  # delta = P rhs
