@@ -1,14 +1,22 @@
 """XLA compiler options for the jitted entry points jaxarm owns.
 
-jaxlib's CPU backend (0.10.x) hands many small fusions to YNNPACK (``__ynn_fusion`` in the compiled
-HLO). For the tiny per-state arrays of arm dynamics (3-vectors, 3x3 rotations, batched) those calls
-cost far more than the arithmetic: turning them off made batched inverse dynamics 2.6x (float64) to
-30x (float32) faster and 1000-step RK3 rollouts several times faster (see the README's benchmark).
+Two options of jaxlib's CPU backend (0.10.x) matter for arm dynamics, both measured in the same
+process (README, "Benchmark"):
 
-:func:`compiler_options` returns the per-``jax.jit`` option that disables them, only on a CPU
-default backend whose jaxlib accepts it, and ``{}`` elsewhere (GPU, TPU, a jaxlib without the
-option). Nothing is set globally: users' own ``jax.jit`` calls are unaffected (they can set
-``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`` themselves).
+- ``xla_cpu_experimental_ynn_fusion_type=""``: no YNNPACK fusions (``__ynn_fusion`` in the compiled
+  HLO). For the tiny per-state arrays of arm dynamics (3-vectors, 3x3 rotations, batched) those
+  calls cost far more than the arithmetic: turning them off made batched inverse dynamics 2.6x
+  (float64) to 30x (float32) faster and 1000-step RK3 rollouts several times faster.
+- ``xla_cpu_use_fusion_emitters=False``: the classic loop emitter instead of the MLIR fusion
+  emitters. The component-wise forward dynamics of a rollout step is one large elementwise fusion
+  of a few thousand scalar operations; the fusion emitters compile it into slower code, and for
+  longer (1000-step RK3 rollouts of the Puma at batch 4096: 2.1x the steps/s, compile 5.4 -> 4.1 s;
+  batched inverse dynamics, mass matrix and forward dynamics unchanged within noise).
+
+:func:`compiler_options` returns the options the running jaxlib accepts (each is tried once), on a
+CPU default backend only, and ``{}`` elsewhere (GPU, TPU). Nothing is set globally: users' own
+``jax.jit`` calls are unaffected (they can set ``XLA_FLAGS="--xla_cpu_experimental_ynn_fusion_type=
+--xla_cpu_use_fusion_emitters=false"`` themselves, or jit with :func:`jit`).
 """
 
 from __future__ import annotations
@@ -19,29 +27,36 @@ import jax
 import jax.numpy as jnp
 
 YNN_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
+FUSION_EMITTERS_OFF = {"xla_cpu_use_fusion_emitters": False}
+CPU_OPTIONS = {**YNN_OFF, **FUSION_EMITTERS_OFF}
 
 
-def options_for(platform: str, accepted: bool) -> dict:
-    """The options for a default backend ``platform`` ("cpu", "gpu", "tpu", ...) given whether the
-    running jaxlib accepted them (pure logic, separated for testing)."""
-    return dict(YNN_OFF) if platform == "cpu" and accepted else {}
+def options_for(platform: str, accepted) -> dict:
+    """The options for a default backend ``platform`` ("cpu", "gpu", "tpu", ...): those of
+    :data:`CPU_OPTIONS` whose name is in ``accepted`` (the names the running jaxlib accepted), on
+    CPU only (pure logic, separated for testing)."""
+    if platform != "cpu":
+        return {}
+    return {name: value for name, value in CPU_OPTIONS.items() if name in accepted}
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu_accepts_ynn_option() -> bool:
-    """Compile a tiny function once with the option; False if this jaxlib rejects it."""
+def _cpu_accepts(name: str) -> bool:
+    """Compile a tiny function once with the option ``name``; False if this jaxlib rejects it."""
     try:
-        jax.jit(lambda x: x + 1.0, compiler_options=YNN_OFF).lower(jnp.zeros(2)).compile()
+        jax.jit(lambda x: x + 1.0, compiler_options={name: CPU_OPTIONS[name]}).lower(jnp.zeros(2)).compile()
     except Exception:  # unknown option, or a jax without per-jit compiler_options
         return False
     return True
 
 
 def compiler_options() -> dict:
-    """``compiler_options`` for ``jax.jit``: YNNPACK fusions off on CPU when supported, else ``{}``.
-    A fresh dict each call (callers may pass it on)."""
+    """``compiler_options`` for ``jax.jit``: on CPU the options of :data:`CPU_OPTIONS` this jaxlib
+    accepts, else ``{}``. A fresh dict each call (callers may pass it on)."""
     platform = jax.default_backend()
-    return options_for(platform, platform == "cpu" and _cpu_accepts_ynn_option())
+    if platform != "cpu":
+        return {}
+    return options_for(platform, {name for name in CPU_OPTIONS if _cpu_accepts(name)})
 
 
 def jit(fun=None, **kwargs):

@@ -11,11 +11,13 @@ origin, as in Swartz's Inverse Arm and Craig 6.45-6.53.
 Two implementations of the same equations live here: the readable reference
 (``_reference_rnea``, ``_reference_composite_mass_matrix``, with 3-vectors and 3x3 matrices as
 arrays) and the kernels of :mod:`jaxarm._kernels` (the same recursions with every vector
-component a separate scalar, so that batched code becomes a few fused loops). Inverse dynamics,
-joint wrenches, bias and gravity torques and the mass matrix use the kernels; forward dynamics
-(and so the rollouts) and the controllers' model terms still use the reference, because inside a
-``lax.scan`` the kernels compiled several times slower on XLA:CPU (see ``_kernels``).
-``tests/test_kernels.py`` checks the kernels against the reference.
+component a separate scalar, so that batched code becomes a few fused loops). Every public
+function (inverse dynamics, joint wrenches, bias and gravity torques, the mass matrix, forward
+dynamics and so the rollouts, the controllers' model terms) uses the kernels; forward dynamics
+stays in components through the Cholesky solve (:func:`jaxarm.linalg.cholesky_solve_scalars`).
+The references (``_reference_rnea``, ``_reference_composite_mass_matrix``,
+``_reference_forward_dynamics``) are kept, and used by ``mass_matrix_by_columns``;
+``tests/test_kernels.py`` checks the kernels against them, values and derivatives.
 """
 
 from __future__ import annotations
@@ -179,9 +181,9 @@ def bias_forces(arm: Arm, q, qd, f_ext=None):
 
 
 def _bias(arm, bodies, q, qd, f_ext=None):
-    """Bias torques by the reference Newton-Euler (used inside rollouts: see the module docstring)."""
+    """Bias torques C(q, qd) qd + g(q) (n,) by the Newton-Euler kernel, no argument checks."""
     dtype = jnp.result_type(bodies.mass, q, qd)
-    return _reference_rnea(arm, bodies, q, qd, jnp.zeros_like(qd), _base_acceleration(arm, dtype), f_ext)[0]
+    return _rnea(arm, bodies, q, qd, None, _base_acceleration(arm, dtype), f_ext)[0]
 
 
 def gravity_torques(arm: Arm, q):
@@ -254,8 +256,8 @@ def mass_matrix(arm: Arm, q):
 
 
 def _mass_matrix(arm, bodies, q):
-    """M(q) by the reference composite-body code (used inside rollouts: see the module docstring)."""
-    M = _reference_composite_mass_matrix(arm, bodies, q)
+    """M(q) (n, n) with reflected rotor inertia, by the composite-body kernel, no argument checks."""
+    M = _composite_mass_matrix(arm, bodies, q)
     return M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
 
 
@@ -282,10 +284,34 @@ def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
 
 
 def _forward_dynamics(arm, q, qd, tau, f_ext=None):
+    """Forward dynamics in components: the joint frames once, bias torques by the Newton-Euler
+    kernel (qdd = 0), M by the composite-body kernel, and the unrolled Cholesky solve on scalars,
+    so the whole of it is scalar arithmetic (one fused loop per state batch on XLA:CPU)."""
     bodies = body_model(arm)
-    M = _mass_matrix(arm, bodies, q)
-    rhs = tau - _bias(arm, bodies, q, qd, f_ext) - drives._friction_torques(arm, qd)
-    return linalg.cholesky_solve(M, rhs)
+    dtype = jnp.result_type(bodies.mass, q, qd, tau)
+    frames = _kernels.joint_frames(bodies, arm.is_revolute, q)
+    a0 = _base_acceleration(arm, dtype)
+    a0 = tuple(a0[k] for k in range(3))
+    bias, _, _ = _kernels.rnea(bodies, arm.is_revolute, frames, qd, None, a0, _kernel_tip(bodies, f_ext))
+    M = _kernels.composite_mass_matrix(bodies, arm.is_revolute, frames)
+    rotor = drives._reflected_inertia(arm).astype(dtype)
+    friction = drives._friction_torques(arm, qd)
+    n = arm.n
+    M = [[M[i][j] + rotor[i] if i == j else M[i][j] for j in range(n)] for i in range(n)]
+    rhs = [tau[i] - bias[i] - friction[i] for i in range(n)]
+    return _kernels.vector(linalg.cholesky_solve_scalars(M, rhs))
+
+
+def _reference_forward_dynamics(arm, q, qd, tau, f_ext=None):
+    """Forward dynamics by the reference code: M and the bias torques from
+    :func:`_reference_composite_mass_matrix` and :func:`_reference_rnea`, solved by
+    :func:`jaxarm.linalg.cholesky_solve` (checked against :func:`_forward_dynamics` in the tests)."""
+    bodies = body_model(arm)
+    dtype = jnp.result_type(bodies.mass, q, qd, tau)
+    M = _reference_composite_mass_matrix(arm, bodies, q)
+    M = M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
+    bias = _reference_rnea(arm, bodies, q, qd, jnp.zeros_like(qd), _base_acceleration(arm, dtype), f_ext)[0]
+    return linalg.cholesky_solve(M, tau - bias - drives._friction_torques(arm, qd))
 
 
 def coriolis_matrix(arm: Arm, q, qd):

@@ -14,17 +14,26 @@ def cholesky_solve(M, b):
     """Solve M x = b for a symmetric positive definite M (n, n) by an unrolled Cholesky
     factorization M = L L^T (Golub & Van Loan alg. 4.2.1) and two triangular substitutions."""
     n = M.shape[-1]
+    rows = [[M[i, j] for j in range(n)] for i in range(n)]
+    return jnp.stack(cholesky_solve_scalars(rows, [b[i] for i in range(n)]))
+
+
+def cholesky_solve_scalars(M, b):
+    """:func:`cholesky_solve` on scalars: M a list of n rows of n scalars (only the lower
+    triangle is read), b a list of n scalars; returns x as a list of n scalars. With every entry a
+    separate scalar the factorization fuses with the component-wise dynamics kernels."""
+    n = len(b)
     L = [[None] * n for _ in range(n)]
     inv_diag = [None] * n
     for j in range(n):
-        s = M[j, j]
+        s = M[j][j]
         for k in range(j):
             s = s - L[j][k] * L[j][k]
         d = jnp.sqrt(s)
         L[j][j] = d
         inv_diag[j] = 1.0 / d
         for i in range(j + 1, n):
-            s = M[i, j]
+            s = M[i][j]
             for k in range(j):
                 s = s - L[i][k] * L[j][k]
             L[i][j] = s * inv_diag[j]
@@ -40,4 +49,4 @@ def cholesky_solve(M, b):
         for k in range(i + 1, n):
             s = s - L[k][i] * x[k]
         x[i] = s * inv_diag[i]
-    return jnp.stack(x)
+    return x

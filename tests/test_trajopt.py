@@ -1,17 +1,23 @@
 """Trajectory optimization: gradients against finite differences, iLQR against the closed-form
-solution of a linear-quadratic problem, shooting (augmented Lagrangian and squashed) against iLQR
-on a two-link reach with active torque limits, and a batched solve against per-problem solves.
-(multiple_shooting has no test here: its compile alone cost more than this file's time budget.)
+solution of a linear-quadratic problem, shooting (augmented Lagrangian and squashed) and multiple
+shooting against iLQR on two-link reaches with active torque limits, a batched shooting solve
+against per-problem iLQR solves, and the warm start (IK, minimum-jerk path, inverse dynamics).
 
 Kept cheap for CI: one problem shape (two links, T = 20 steps), each solver configuration compiled
-once per module (``_jitted``) and shared through a module-scoped fixture; the batched test reuses the
-single-problem shooting solver for its per-problem reference solves.
+once per module and shared through module-scoped fixtures (``compiled`` traces them one after
+the other and runs each XLA compile in a pool of two threads as soon as it is lowered, with
+LLVM optimization off). Shooting with the
+augmented Lagrangian is only compiled batched (``jax.vmap`` over two arms and goals): its two
+answers are checked against iLQR solves of the same problems (one compile for both), which checks
+the batching and the agreement of the solvers at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +26,7 @@ import pytest
 
 import jaxarm
 from jaxarm import trajopt
+from jaxarm._xla import compiler_options
 
 from helpers import assert_close
 
@@ -27,10 +34,24 @@ TORQUE_LIMITS = np.array([20.0, 8.0])  # joint 1's limit is active in the reach 
 T, DT = 20, 0.05
 
 
-@functools.lru_cache(maxsize=None)
-def _jitted(name, **options):
+def _solver(name, **options):
     solver = {"shooting": trajopt.shooting, "multiple_shooting": trajopt.multiple_shooting, "ilqr": trajopt.ilqr}[name]
-    return jax.jit(functools.partial(solver, **options))
+    return functools.partial(solver, **options)
+
+
+def _compile_all(jobs):
+    """{key: compiled} for jobs {key: (function, args)}: traced and lowered one after the other (in
+    the order given: put the longest compiles first), each XLA compile (most of the time, and it
+    releases the GIL) started in a pool of two threads as soon as its lowering is done."""
+    # jaxarm's CPU options, and on CPU no LLVM optimization: compiles ~20 % shorter, runs (well
+    # under a second each here) about 2x longer
+    options = compiler_options()
+    if jax.default_backend() == "cpu":
+        options["xla_backend_optimization_level"] = 0
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(jax.jit(fn).lower(*args).compile, compiler_options=options)
+                   for key, (fn, args) in jobs.items()}
+        return {key: f.result() for key, f in futures.items()}
 
 
 def two_link(payload=0.0):
@@ -55,25 +76,60 @@ def hold_start(arm, problem):
 
 SHOOTING_AL = dict(torque_limits="augmented_lagrangian")
 SHOOTING_SQUASH = dict(torque_limits="squash", max_iterations=2000)
+MULTIPLE_SHOOTING = dict(torque_limits="augmented_lagrangian", segments=4)
+
+
+def two_problems():
+    """Two arms (payload 0 and 0.4 kg) with two different goals."""
+    arms = [two_link(payload) for payload in (0.0, 0.4)]
+    problems = [reach(a, offset) for a, offset in zip(arms, [(0.3, 0.3, 0.0), (0.2, 0.35, 0.0)])]
+    return arms, problems
 
 
 @pytest.fixture(scope="module")
-def solutions():
-    arm = two_link()
-    problem = reach(arm)
+def compiled():
+    """Every solver configuration of this file, compiled once (in parallel)."""
+    arms, problems = two_problems()
+    u0 = hold_start(arms[0], problems[0])
+    stacked_arm = jaxarm.stack_arms(arms)
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
+    lq = lq_problem()
+    grad_fn, u_grad = gradient_case()
+    jobs = {  # longest compiles first
+        "multiple_shooting": (_solver("multiple_shooting", **MULTIPLE_SHOOTING), (arms[0], problems[0], u0)),
+        "batched_shooting": (jax.vmap(_solver("shooting", **SHOOTING_AL), in_axes=(0, 0, None)), (stacked_arm, stacked, u0)),
+        "shooting_squash": (_solver("shooting", **SHOOTING_SQUASH), (arms[0], problems[0], u0)),
+        "ilqr": (_solver("ilqr"), (arms[0], problems[0], u0)),
+        "lq_ilqr": (_solver("ilqr"), (lq.arm, lq.problem, lq.u0)),
+        "cost_gradient": (grad_fn, (u_grad,)),
+        "warm_start": (warm_start_outputs, warm_start_case()),
+    }
+    return _compile_all(jobs)
+
+
+@pytest.fixture(scope="module")
+def solutions(compiled):
+    arms, problems = two_problems()
+    arm, problem = arms[0], problems[0]
     u0 = hold_start(arm, problem)
+    stacked_arm = jaxarm.stack_arms(arms)
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
+    batch = compiled["batched_shooting"](stacked_arm, stacked, u0)
     return arm, problem, {
-        "ilqr": _jitted("ilqr")(arm, problem, u0),
-        "shooting": _jitted("shooting", **SHOOTING_AL)(arm, problem, u0),
-        "shooting_squash": _jitted("shooting", **SHOOTING_SQUASH)(arm, problem, u0),
+        "ilqr": compiled["ilqr"](arm, problem, u0),
+        "ilqr_1": compiled["ilqr"](arms[1], problems[1], u0),  # same compiled solver, another arm and goal
+        "shooting": jax.tree_util.tree_map(lambda x: x[0], batch),
+        "shooting_1": jax.tree_util.tree_map(lambda x: x[1], batch),
+        "shooting_squash": compiled["shooting_squash"](arm, problem, u0),
+        "multiple_shooting": compiled["multiple_shooting"](arm, problem, u0),
     }
 
 
 # --------------------------------------------------------------------------- gradients
 
 
-def test_cost_gradient_matches_finite_differences():
-    """d J / d u through an RK3 rollout (every cost term switched on) vs central differences."""
+def gradient_case():
+    """(value_and_grad of J(u) through an 8-step RK3 rollout with every cost term on, u (8, 2))."""
     arm = two_link()
     problem = reach(arm, orientation=3.0, velocity=5.0, smoothness=1e-3, path_position=2.0)
     steps = 8
@@ -83,7 +139,13 @@ def test_cost_gradient_matches_finite_differences():
         traj = jaxarm.rollout(arm, problem.q0, problem.qd0, u, DT, saturate=False, on_divergence="flag")
         return trajopt.trajectory_cost(arm, problem, traj.q, traj.qd, u)
 
-    value_and_grad = jax.jit(jax.value_and_grad(cost))  # one compile, reused for the differences
+    return jax.value_and_grad(cost), u
+
+
+def test_cost_gradient_matches_finite_differences(compiled):
+    """d J / d u through an RK3 rollout (every cost term switched on) vs central differences."""
+    _, u = gradient_case()
+    value_and_grad = compiled["cost_gradient"]  # one compile, reused for the differences
     f = lambda u: value_and_grad(u)[0]  # noqa: E731
     _, g = value_and_grad(u)
     rng = np.random.default_rng(1)
@@ -151,20 +213,32 @@ def closed_form_lq(problem, p0, J, m_total, m2, g, steps):
     return U.reshape(steps, 2), float(np.sum((a + C @ U) ** 2))
 
 
-def test_ilqr_solves_a_linear_quadratic_problem_in_one_iteration():
-    m1, m2, g = 3.0, 1.5, 9.81
+class LQ(NamedTuple):
+    arm: object
+    problem: object
+    u0: object
+    p0: np.ndarray
+    J: np.ndarray
+    masses: tuple
+
+
+def lq_problem(m1=3.0, m2=1.5, steps=12):
     arm = cartesian_arm(m1, m2)
-    assert_close(jaxarm.mass_matrix(arm, jnp.array([0.3, -0.2])), np.diag([m1 + m2, m2]), 1e-12, "constant M")
-    assert_close(jaxarm.gravity_torques(arm, jnp.zeros(2)), [(m1 + m2) * g, 0.0], 1e-12, "gravity load")
     p0 = np.asarray(jaxarm.tool_pose(arm, jnp.zeros(2))[:3, 3])
     J = np.array([[0.0, 0.0], [0.0, -1.0], [1.0, 0.0]])  # joint 1 along z0, joint 2 along z1 = -y0
-    q = jnp.array([0.4, -0.7])
-    assert_close(jaxarm.tool_pose(arm, q)[:3, 3], p0 + J @ np.asarray(q), 1e-12, "affine tool position")
-    steps = 12
     problem = trajopt.reach_problem(arm, jnp.array([0.1, 0.0]), p0 + np.array([0.0, -0.2, 0.3]), 0.05,
                                     position=50.0, velocity=3.0, smoothness=1e-3, path_position=0.5)
-    u0 = jnp.zeros((steps, 2))
-    res = _jitted("ilqr", regularization=0.0)(arm, problem, u0)
+    return LQ(arm, problem, jnp.zeros((steps, 2)), p0, J, (m1, m2))
+
+
+def test_ilqr_solves_a_linear_quadratic_problem_in_one_iteration(compiled):
+    arm, problem, u0, p0, J, (m1, m2) = lq_problem()
+    g, steps = 9.81, u0.shape[0]
+    assert_close(jaxarm.mass_matrix(arm, jnp.array([0.3, -0.2])), np.diag([m1 + m2, m2]), 1e-12, "constant M")
+    assert_close(jaxarm.gravity_torques(arm, jnp.zeros(2)), [(m1 + m2) * g, 0.0], 1e-12, "gravity load")
+    q = jnp.array([0.4, -0.7])
+    assert_close(jaxarm.tool_pose(arm, q)[:3, 3], p0 + J @ np.asarray(q), 1e-12, "affine tool position")
+    res = compiled["lq_ilqr"](arm, problem, u0)  # regularization 0 (the default)
     U, J_star = closed_form_lq(problem, p0, J, m1 + m2, m2, g, steps)
     assert float(res.history.alpha[0]) == 1.0  # the full Newton step is taken...
     assert_close(res.history.cost[0], J_star, 1e-9, "cost after one iteration")  # ...and is optimal
@@ -218,8 +292,8 @@ def test_squashed_shooting_stops_on_the_plateau_rule(solutions):
 
 
 def test_limits_respected(solutions):
-    """Squashing keeps the torques strictly inside the limits; the augmented Lagrangian (iLQR and
-    shooting) reaches them to within tol_violation (1e-4 of the limit)."""
+    """Squashing keeps the torques strictly inside the limits; the augmented Lagrangian (iLQR,
+    shooting and multiple shooting) reaches them to within tol_violation (1e-4 of the limit)."""
     arm, problem, sol = solutions
     for name, res in sol.items():
         frac = np.abs(np.asarray(res.u)) / TORQUE_LIMITS
@@ -230,29 +304,84 @@ def test_limits_respected(solutions):
         assert np.all(np.abs(np.asarray(res.qd)) <= 10.0)
 
 
+def test_multiple_shooting_reaches_the_single_shooting_optimum(solutions):
+    """Four segments whose starts are free: at the answer the defects are closed (the reported
+    max_violation includes them, and a single rollout of the optimized u is what is reported) and
+    the cost is iLQR's and single shooting's to the augmented-Lagrangian tolerance."""
+    arm, problem, sol = solutions
+    ms, ref, single = sol["multiple_shooting"], sol["ilqr"], sol["shooting"]
+    assert bool(ms.converged)
+    assert float(ms.max_violation) <= 1e-4
+    assert abs(float(ms.cost) - float(ref.cost)) <= 1e-4 * float(ref.cost), (float(ms.cost), float(ref.cost))
+    assert abs(float(ms.cost) - float(single.cost)) <= 1e-4 * float(ref.cost), (float(ms.cost), float(single.cost))
+    assert_close(ms.u / TORQUE_LIMITS, ref.u / TORQUE_LIMITS, 2e-2, "optimal torques / limit")
+    # its trajectory is one rollout of its u from the start (not the stitched segments)
+    traj = jaxarm.rollout(arm, problem.q0, problem.qd0, ms.u, DT, saturate=False)
+    assert_close(ms.q, traj.q, 1e-12, "reported q is a single rollout")
+
+
 # --------------------------------------------------------------------------- batched
 
 
 def test_batched_solve_equals_per_problem_solves(solutions):
-    """One vmap over arms (different payloads, via stack_arms) and goals; the per-problem reference
-    solves reuse the fixture's compiled solver."""
-    arms = [two_link(payload) for payload in (0.0, 0.4)]
-    problems = [reach(a, offset) for a, offset in zip(arms, [(0.3, 0.3, 0.0), (0.2, 0.35, 0.0)])]
-    u0 = hold_start(arms[0], problems[0])
-    stacked_arm = jaxarm.stack_arms(arms)
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
-    solve = functools.partial(trajopt.shooting, **SHOOTING_AL)
-    batch = jax.jit(jax.vmap(solve, in_axes=(0, 0, None)))(stacked_arm, stacked, u0)
+    """One vmap over arms (different payloads, via stack_arms) and goals: each batched shooting
+    answer equals the per-problem iLQR solve (same constraint handling, so the same optimum)."""
+    arm, problem, sol = solutions
     costs = []
-    for i, (arm, problem) in enumerate(zip(arms, problems)):
-        one = _jitted("shooting", **SHOOTING_AL)(arm, problem, u0)
-        assert bool(batch.converged[i]) and bool(one.converged)
-        # batched reductions round differently, so the two runs stop at different iterations: they
-        # agree to the stopping tolerance, not bitwise
-        assert_close(batch.cost[i], one.cost, 1e-4, f"problem {i} cost")  # AL: limits met to tol_violation 1e-4
-        assert_close(batch.u[i] / TORQUE_LIMITS, one.u / TORQUE_LIMITS, 1e-2, f"problem {i} inputs / limit")
+    for i, key in enumerate(("", "_1")):
+        batch, one = sol["shooting" + key], sol["ilqr" + key]
+        assert bool(batch.converged) and bool(one.converged)
+        assert_close(batch.cost, one.cost, 1e-4, f"problem {i} cost")  # AL: limits met to tol_violation 1e-4
+        assert_close(batch.u / TORQUE_LIMITS, one.u / TORQUE_LIMITS, 2e-2, f"problem {i} inputs / limit")
         costs.append(float(one.cost))
     assert abs(costs[0] - costs[1]) > 1e-3 * costs[0]  # the two problems really differ
+
+
+# --------------------------------------------------------------------------- warm start
+
+
+def warm_start_case():
+    arm = two_link()
+    return arm, reach(arm, offset=(0.15, 0.2, 0.0))  # peak torque below the limits: no clipping
+
+
+def warm_start_outputs(arm, problem):
+    """Warm start u (T, n), forward dynamics at its mid-step path states, its rollout q and the path q."""
+    u = trajopt.reach_warm_start(arm, problem, T)
+    q_goal = trajopt.position_ik(arm, problem.q0, problem.target)
+    mid = trajopt.minimum_jerk(problem.q0, q_goal, T * problem.dt, (jnp.arange(T) + 0.5) * problem.dt)
+    qdd = jax.vmap(jaxarm.forward_dynamics, in_axes=(None, 0, 0, 0))(arm, mid[0], mid[1], u)
+    traj = jaxarm.rollout(arm, problem.q0, problem.qd0, u, DT, saturate=False)
+    path = trajopt.minimum_jerk(problem.q0, q_goal, T * problem.dt, jnp.arange(T + 1) * problem.dt)[0]
+    return u, qdd, traj.q, path
+
+
+def test_reach_warm_start_follows_the_minimum_jerk_path(compiled):
+    """position_ik puts the tool on the target; minimum_jerk is rest to rest with its closed-form
+    derivatives (against finite differences); the inverse-dynamics torques, rolled out, follow the
+    path (forward dynamics of them give the path's acceleration at mid-step; the rollout drifts
+    only O(dt^2))."""
+    arm, problem = warm_start_case()
+    q_goal = trajopt.position_ik(arm, problem.q0, problem.target)
+    assert float(jnp.linalg.norm(jaxarm.tool_pose(arm, q_goal)[:3, 3] - problem.target)) < 1e-10
+    t = jnp.linspace(0.0, 1.0, 11)
+    q, qd, qdd = trajopt.minimum_jerk(problem.q0, q_goal, 1.0, t)
+    assert_close(q[0], problem.q0, 1e-15, "start")
+    assert_close(q[-1], q_goal, 1e-14, "end")
+    assert_close(qd[jnp.asarray([0, -1])], np.zeros((2, 2)), 1e-14, "rest to rest")
+    assert_close(qdd[jnp.asarray([0, -1])], np.zeros((2, 2)), 1e-13, "zero end accelerations")
+    h = 1e-6
+    for f, df in ((0, qd), (1, qdd)):
+        plus = trajopt.minimum_jerk(problem.q0, q_goal, 1.0, t[1:-1] + h)[f]
+        minus = trajopt.minimum_jerk(problem.q0, q_goal, 1.0, t[1:-1] - h)[f]
+        assert_close((plus - minus) / (2 * h), df[1:-1], 1e-7, f"derivative {f + 1}")
+    u, qdd, q_roll, path = compiled["warm_start"](arm, problem)
+    assert float(jnp.max(jnp.abs(u) / TORQUE_LIMITS)) < 0.99
+    assert_close(qdd, trajopt.minimum_jerk(problem.q0, q_goal, 1.0, (jnp.arange(T) + 0.5) * DT)[2], 1e-9,
+                 "forward dynamics of the warm start = path acceleration at mid-step")
+    assert float(jnp.max(jnp.abs(q_roll - path))) < 5e-3  # O(dt^2) drift: 1.8e-3 rad at dt = 50 ms (measured)
+    with pytest.raises(ValueError, match="T: expected a positive whole number"):
+        trajopt.reach_warm_start(arm, problem, 0)
 
 
 # --------------------------------------------------------------------------- bad input

@@ -14,18 +14,23 @@ from tests.helpers_sim import BLOCK, roll, sim_arm, with_drives
 
 
 def test_options_only_on_a_cpu_backend_that_accepts_them():
-    assert _xla.options_for("cpu", True) == _xla.YNN_OFF
+    everything = set(_xla.CPU_OPTIONS)
+    assert _xla.options_for("cpu", everything) == {**_xla.YNN_OFF, **_xla.FUSION_EMITTERS_OFF}
     for platform in ("gpu", "cuda", "rocm", "tpu", "METAL"):
-        assert _xla.options_for(platform, True) == {}
-    assert _xla.options_for("cpu", False) == {}
+        assert _xla.options_for(platform, everything) == {}
+    assert _xla.options_for("cpu", set()) == {}
+    # a jaxlib that knows only one of them gets only that one
+    assert _xla.options_for("cpu", {"xla_cpu_use_fusion_emitters"}) == _xla.FUSION_EMITTERS_OFF
+    assert _xla.options_for("cpu", {"xla_cpu_experimental_ynn_fusion_type"}) == _xla.YNN_OFF
 
 
 def test_options_match_the_running_backend():
     opts = _xla.compiler_options()
     if jax.default_backend() != "cpu":
         assert opts == {}
-    else:  # this jaxlib either accepts the option (then it is returned) or it is left out
-        assert opts in ({}, _xla.YNN_OFF)
+    else:  # each option this jaxlib accepts is returned, the others left out
+        assert set(opts) <= set(_xla.CPU_OPTIONS)
+        assert all(_xla.CPU_OPTIONS[name] == value for name, value in opts.items())
         if opts:
             jax.jit(lambda x: 2.0 * x, compiler_options=opts).lower(jnp.ones(3)).compile()
     opts["mutated"] = 1  # a fresh dict each call
