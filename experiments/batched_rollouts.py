@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import benchmark  # noqa: E402
+from jaxarm.arm_files import write_atomic  # noqa: E402
 
 
 def plot(rows, path):
@@ -44,9 +45,7 @@ def plot(rows, path):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = f"{path}.tmp{os.getpid()}.png"
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=120))
 
 
 def main(argv=None):

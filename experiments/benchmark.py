@@ -27,7 +27,9 @@ Quantities (``--quantities``):
   ``mjx.step`` in a ``lax.scan``, small batches and ``--mjx-steps`` steps; its compile time too).
 * ``rollout_grad``: wall time of ``jax.grad`` of a rollout cost (squared final position plus a small
   input penalty) with respect to the torque schedules, divided by the time of the cost itself
-  (unit ``x forward``), at ``--grad-batches``.
+  (unit ``x forward``), at ``--grad-batches``, for two entries: ``autodiff`` (plain reverse mode
+  of the scan) and ``adjoint`` (``rollout(..., adjoint=True)``, the discrete adjoint of
+  jaxarm.adjoint); a ``check`` compares their gradients.
 * ``compile``: lower + compile time of every jitted entry point measured above (``entry`` names
   it; one row per batch; ``cpu_seconds`` is the process CPU time, the better number on a loaded
   machine); MJX's compile time of its scanned rollout.
@@ -63,7 +65,10 @@ unless ``--strict`` is given (exit status 3 on a regression).
 Timing. A compiled call is run once to warm up, then repeatedly until ``--min-time`` seconds are
 spent (calls shorter than min-time / 10 are timed in groups); the best time per call is reported,
 which is the least sensitive to other processes on a shared machine. JAX's persistent compilation
-cache is disabled so compile times are real. ``XLA_FLAGS`` is recorded in the machine line: with
+cache is disabled so compile times are real. jaxarm's entries are compiled with
+``jaxarm.compiler_options()`` (recorded in the machine line), as ``jaxarm.jit`` compiles them;
+``--plain-jit`` compiles them with a plain ``jax.jit`` instead, to see what a user's own jit gets
+(on CPU: slower rollouts, and a much slower adjoint gradient). ``XLA_FLAGS`` is recorded in the machine line: with
 jaxlib 0.10.2, ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`` (YNNPACK fusions off) makes the
 batched kernels several times faster, float32 above all (see the README).
 """
@@ -105,7 +110,7 @@ FULL = dict(
     dtypes="float64,float32",
     batches="1,16,256,1024,4096,16384,65536",
     rollout_batches="1,16,256,1024,4096,16384",
-    grad_batches="16",
+    grad_batches="1,16",
     steps=1000,
     mjx_batches="1,16",
     mjx_steps=100,
@@ -166,6 +171,7 @@ def machine():
         "mujoco-mjx": version("mujoco-mjx"),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
+        "compiler_options": "plain jax.jit" if PLAIN_JIT else jaxarm.compiler_options(),
     }
 
 
@@ -248,15 +254,20 @@ def median_latency(call, min_time, max_calls=2000):
     return float(np.median(times))
 
 
+PLAIN_JIT = False  # --plain-jit: compile without jaxarm's compiler options
+
+
 def compile_timed(fn, *args):
     """(compiled, {"value": wall seconds, "cpu_seconds": process CPU seconds}) of jit + lower + compile.
 
     The CPU time is the better number on a loaded machine (XLA compiles mostly on one thread).
-    Compiled with ``jaxarm._xla.compiler_options()``, the options jaxarm's own jits use.
+    Compiled with ``jaxarm.compiler_options()``, the options jaxarm's own jits use, unless
+    ``--plain-jit`` (then as a user's plain ``jax.jit`` compiles it).
     """
     c0, t0 = time.process_time(), time.perf_counter()
-    # jaxarm's recommended XLA options (on CPU: YNNPACK fusions off, see jaxarm._xla), as its own jits use
-    compiled = jax.jit(fn).lower(*args).compile(compiler_options=jaxarm._xla.compiler_options() or None)
+    # jaxarm's recommended XLA options (on CPU: YNNPACK fusions and fusion emitters off, see jaxarm._xla)
+    options = None if PLAIN_JIT else (jaxarm.compiler_options() or None)
+    compiled = jax.jit(fn).lower(*args).compile(compiler_options=options)
     return compiled, {"value": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
 
@@ -339,8 +350,11 @@ def rollout_final(arm, dt, method):
 
 
 def check_dtype(compiled, out, dtype, where):
-    """float32 runs: the output is float32 and the count of float64 values in the HLO."""
-    leaves = jax.tree_util.tree_leaves(out)
+    """float32 runs: the output is float32 and the count of float64 values in the HLO.
+
+    Waits for ``out``: jax dispatches asynchronously, and a call still running here would be
+    timed as part of the next one (a long rollout's warm-up then measured two calls)."""
+    leaves = jax.tree_util.tree_leaves(jax.block_until_ready(out))
     if any(x.dtype != dtype for x in leaves):
         raise AssertionError(f"{where}: expected {jnp.dtype(dtype).name} results, got {[x.dtype.name for x in leaves]}")
     return f64_ops(compiled) if dtype == jnp.float32 else None
@@ -403,30 +417,47 @@ def bench_jaxarm_rollouts(rec, name, arm, dtype, cfg, rng):
 
 
 def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
-    """Gradient of a batched rollout cost w.r.t. the torque schedules, relative to the cost itself."""
+    """Gradient of a batched rollout cost w.r.t. the torque schedules, relative to the cost itself:
+    plain reverse-mode autodiff (``entry="autodiff"``) and ``rollout(..., adjoint=True)``
+    (``entry="adjoint"``, jaxarm.adjoint)."""
     impl = f"jaxarm {jaxarm.__version__}"
     dname = jnp.dtype(dtype).name
     arm_d = arm.astype(dtype)
     T = cfg.steps
-    final = jax.vmap(rollout_final(arm_d, cfg.dt, "rk3"))
 
-    def cost(u, q0, qd0):
-        q, _ = final(q0, qd0, u)
-        return jnp.sum(q**2) + 1e-6 * jnp.sum(u**2)
+    def cost_fn(adjoint):
+        def run(q0, qd0, u):
+            traj = jaxarm.rollout(arm_d, q0, qd0, u, cfg.dt, method="rk3", on_divergence="flag", adjoint=adjoint)
+            return traj.q[-1]
+
+        final = jax.vmap(run)
+
+        def cost(u, q0, qd0):
+            return jnp.sum(final(q0, qd0, u) ** 2) + 1e-6 * jnp.sum(u**2)
+
+        return cost
 
     for B in cfg.grad_batches:
         q0, qd0, tau = (jnp.asarray(x, dtype) for x in rollout_inputs(arm, rng, B, T))
-        fwd, _ = compile_timed(cost, tau, q0, qd0)
-        grad, compile_s = compile_timed(jax.grad(cost), tau, q0, qd0)
-        f64 = check_dtype(grad, grad(tau, q0, qd0), dtype, f"{name} rollout_grad")
-        if "compile" in cfg.quantities:
-            rec.add(name, dname, "compile", impl, B, unit="s", entry="rollout_grad", steps=T, **compile_s)
+        fwd, _ = compile_timed(cost_fn(False), tau, q0, qd0)
         t_fwd = best_time(lambda: jax.block_until_ready(fwd(tau, q0, qd0)), cfg.min_time)
-        t_grad = best_time(lambda: jax.block_until_ready(grad(tau, q0, qd0)), cfg.min_time)
-        rec.add(
-            name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward",
-            seconds=t_grad, forward_seconds=t_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
-        )
+        grads = {}
+        for entry, adjoint in (("autodiff", False), ("adjoint", True)):
+            grad, compile_s = compile_timed(jax.grad(cost_fn(adjoint)), tau, q0, qd0)
+            grads[entry] = grad(tau, q0, qd0)
+            f64 = check_dtype(grad, grads[entry], dtype, f"{name} rollout_grad")
+            if "compile" in cfg.quantities:
+                rec.add(name, dname, "compile", impl, B, unit="s", entry=f"rollout_grad_{entry}", steps=T, **compile_s)
+            t_grad = best_time(lambda: jax.block_until_ready(grad(tau, q0, qd0)), cfg.min_time)
+            rec.add(
+                name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward", entry=entry,
+                seconds=t_grad, forward_seconds=t_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
+            )
+        # the two gradients must agree before their times mean anything
+        a, b = np.asarray(grads["autodiff"], float), np.asarray(grads["adjoint"], float)
+        tol = 1e-9 if dtype == jnp.float64 else 1e-3
+        if not np.allclose(a, b, rtol=tol, atol=tol * np.max(np.abs(a))):
+            raise AssertionError(f"{name} rollout_grad: adjoint and autodiff gradients differ by {np.max(np.abs(a - b)):.3g}")
 
 
 # --------------------------------------------------------------------------------------
@@ -631,7 +662,7 @@ def targets(rows, cfg):
                             note="issue: 1000 steps (the scan body compiles once: the step count barely matters)" if c["steps"] != 1000 else None))
         grad = find(rows, arm=name, dtype="float64", quantity="rollout_grad", library="jaxarm")
         for g in grad:
-            out.append(dict(target=f"gradient / forward time of a {g['steps']}-step rollout (batch {g['batch']}) <= 5", arm=name,
+            out.append(dict(target=f"gradient / forward time of a {g['steps']}-step rollout (batch {g['batch']}, {g.get('entry', 'autodiff')}) <= 5", arm=name,
                             required=5.0, achieved=g["value"], met=g["value"] <= 5.0,
                             note="issue: 1000 steps" if g["steps"] != 1000 else None))
     return [{k: v for k, v in t.items() if v is not None} for t in out]
@@ -719,6 +750,8 @@ def parse(argv):
     p.add_argument("--mjx-batches", help=f"MJX batch sizes (default {FULL['mjx_batches']})")
     p.add_argument("--mjx-steps", type=int, help=f"MJX rollout steps (default {FULL['mjx_steps']})")
     p.add_argument("--min-time", type=float, help=f"seconds spent timing each measurement (default {FULL['min_time']})")
+    p.add_argument("--plain-jit", action="store_true",
+                   help="compile jaxarm's entries with a plain jax.jit, without jaxarm.compiler_options() (what a user's own jit gets)")
     p.add_argument("--record", metavar="PATH", help="write this run (machine, command, rows) as JSON to PATH")
     p.add_argument("--markdown", metavar="PATH", help="write the summary tables as Markdown to PATH (for the README)")
     p.add_argument("--baseline", default=DEFAULT_BASELINE, help="recorded numbers to compare with ('none' to skip)")
@@ -760,7 +793,9 @@ def parse(argv):
 
 
 def main(argv=None):
+    global PLAIN_JIT
     cfg = parse(sys.argv[1:] if argv is None else argv)
+    PLAIN_JIT = bool(cfg.plain_jit)
     jax.config.update("jax_enable_compilation_cache", False)  # compile times must be real
     info = machine()
     emit({"machine": info})

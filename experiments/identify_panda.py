@@ -34,9 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -50,6 +48,7 @@ import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
 from jaxarm import consistent_identification as ci  # noqa: E402
+from jaxarm.arm_files import write_atomic  # noqa: E402
 from jaxarm.identification import IdentificationError, identify_linear, predict_torques, torque_rmse  # noqa: E402
 from jaxarm.logs import load_log, preprocess_log  # noqa: E402
 
@@ -76,16 +75,7 @@ def published_arm():
 
 def save_figure_atomic(fig, path):
     """Save a matplotlib figure to a temporary file beside ``path``, then rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=path.suffix.lstrip(".") or "png", dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, lambda f: fig.savefig(f, format=Path(path).suffix.lstrip(".") or "png", dpi=110))
 
 
 def plot_heldout(path, t, measured, predictions):

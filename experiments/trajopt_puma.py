@@ -36,9 +36,11 @@ Qf = 10 Q) on a "true" arm whose payload is 10 % heavier (2.2 kg) than the model
 
 Gradient cost. ``grad_over_forward``: the time of the gradient of a scalar cost through a
 1000-step RK3 rollout of the Puma (dt = 1 ms) with respect to all 6000 torque inputs, divided by
-the time of one forward rollout, both jitted, compile excluded, median of repeats, measured in the
-same process; with and without ``jax.checkpoint``. Timings on a shared machine are noisy: compare
-the ratios, not the seconds.
+the time of one forward rollout, both jitted with jaxarm's XLA options (as the benchmark), compile
+excluded, median of repeats, measured in the same process: ``value`` with the discrete adjoint
+(``rollout(..., adjoint=True)``, jaxarm.adjoint), ``autodiff_value`` with plain reverse mode.
+Timings on a shared machine are noisy: compare the ratios, not the seconds. Shooting uses the
+adjoint gradient too (``--no-adjoint``: plain reverse mode).
 
 Prints one JSON line per solver run (solver, iterations, seconds, cost, max_violation, converged,
 plus position_error m, terminal_speed rad/s, max_torque_fraction, compile_seconds,
@@ -51,10 +53,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 
@@ -67,6 +67,7 @@ import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
 from jaxarm import trajopt  # noqa: E402
+from jaxarm.arm_files import write_atomic  # noqa: E402
 
 PAYLOAD_KG = 2.0
 PAYLOAD_COM = (0.0, 0.0, 0.05)
@@ -82,10 +83,10 @@ def puma(payload_mass, coulomb_scale):
     return arm.replace(drives=drives).with_payload(payload_mass, PAYLOAD_COM, inertia)
 
 
-def timed(fn, *args, repeats=1):
+def timed(fn, *args, repeats=1, options=None):
     """(result, compile seconds, median run seconds) of a jitted call."""
     t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
+    compiled = jax.jit(fn).lower(*args).compile(compiler_options=options or None)
     t_compile = time.perf_counter() - t0
     times, out = [], None
     for _ in range(repeats):
@@ -171,20 +172,23 @@ def grad_over_forward(repeats):
     rng = np.random.default_rng(0)
     q0 = jnp.asarray([0, np.pi / 4, -np.pi, 0, np.pi / 4, 0])
     tau = jnp.asarray(rng.uniform(-2, 2, (T, n))) + jaxarm.gravity_torques(arm, q0)
-    out = {}
-    for checkpoint in (False, True):
-        def cost(u, checkpoint=checkpoint):
-            traj = jaxarm.rollout(arm, q0, jnp.zeros(n), u, dt, checkpoint=checkpoint, on_divergence="flag")
+    options = jaxarm.compiler_options()
+    out, grads = {}, {}
+    for adjoint in (False, True):
+        def cost(u, adjoint=adjoint):
+            traj = jaxarm.rollout(arm, q0, jnp.zeros(n), u, dt, adjoint=adjoint, on_divergence="flag")
             return jnp.sum(traj.q[-1] ** 2) + 1e-6 * jnp.sum(u**2)
 
-        _, _, t_fwd = timed(cost, tau, repeats=repeats)
-        _, _, t_grad = timed(jax.grad(cost), tau, repeats=repeats)
-        out[checkpoint] = (t_fwd, t_grad)
-    r0, r1 = (out[c][1] / out[c][0] for c in (False, True))
+        _, _, t_fwd = timed(cost, tau, repeats=repeats, options=options)
+        grads[adjoint], t_compile, t_grad = timed(jax.grad(cost), tau, repeats=repeats, options=options)
+        out[adjoint] = (t_fwd, t_grad, t_compile)
+    diff = float(jnp.max(jnp.abs(grads[True] - grads[False])) / jnp.max(jnp.abs(grads[False])))
+    r0, r1 = (out[a][1] / out[a][0] for a in (False, True))
     print(json.dumps({
-        "metric": "grad_over_forward", "value": round(r0, 3), "checkpoint_value": round(r1, 3),
-        "forward_seconds": out[False][0], "grad_seconds": out[False][1], "grad_seconds_checkpoint": out[True][1],
-        "steps": T, "inputs": T * n,
+        "metric": "grad_over_forward", "value": round(r1, 3), "autodiff_value": round(r0, 3),
+        "forward_seconds": out[True][0], "grad_seconds": out[True][1], "grad_seconds_autodiff": out[False][1],
+        "grad_compile_seconds": out[True][2], "grad_compile_seconds_autodiff": out[False][2],
+        "adjoint_vs_autodiff_relative_difference": diff, "steps": T, "inputs": T * n,
     }), flush=True)
 
 
@@ -213,14 +217,8 @@ def plot(path, arm, problem, runs, tracking):
     axes[1, 1].set(title="tool position under a 10 % heavier payload (m)", xlabel="t (s)")
     axes[1, 1].legend(fontsize=7)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(os.path.abspath(path)))
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
 
 
 def main(argv=None):
@@ -234,6 +232,7 @@ def main(argv=None):
     p.add_argument("--warm-start", choices=("min_jerk", "hold"), default="min_jerk",
                    help="initial torques: minimum-jerk path to an IK solution by inverse dynamics (default), "
                         "or hold the start pose")
+    p.add_argument("--no-adjoint", dest="adjoint", action="store_false", help="shooting gradients by plain reverse mode")
     p.add_argument("--skip-tracking", action="store_true", help="no TV-LQR tracking run")
     p.add_argument("--skip-benchmark", action="store_true", help="no grad_over_forward measurement")
     p.add_argument("--verbose", action="store_true", help="print every iLQR iteration to stderr")
@@ -255,8 +254,8 @@ def main(argv=None):
     hold = int(round(dt / 1e-3))
 
     available = {
-        "shooting": lambda a, pr, u: trajopt.shooting(a, pr, u, max_iterations=3000),
-        "multiple_shooting": lambda a, pr, u: trajopt.multiple_shooting(a, pr, u, segments=10, max_iterations=3000),
+        "shooting": lambda a, pr, u: trajopt.shooting(a, pr, u, max_iterations=3000, adjoint=args.adjoint),
+        "multiple_shooting": lambda a, pr, u: trajopt.multiple_shooting(a, pr, u, segments=10, max_iterations=3000, adjoint=args.adjoint),
         "ilqr": lambda a, pr, u: trajopt.ilqr(a, pr, u, max_iterations=100),
     }
     names = args.solvers.split(",") + (["multiple_shooting"] if args.multiple_shooting else [])
@@ -266,7 +265,7 @@ def main(argv=None):
     solvers = [(s, available[s]) for s in names]
     runs = []
     for name, solve in solvers:
-        res, t_compile, seconds = timed(solve, arm, problem, u0)
+        res, t_compile, seconds = timed(solve, arm, problem, u0, options=jaxarm.compiler_options())
         report(name, res, arm, problem, seconds, t_compile, resim_error(arm, problem, res.u, hold))
         runs.append((name, res))
         if name == "ilqr" and args.verbose:

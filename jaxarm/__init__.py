@@ -82,3 +82,4 @@ from .lqr import TVLQR, tvlqr, tvlqr_controller, tvlqr_tracking
 from . import resolved_rate  # the module: jaxarm.resolved_rate.resolved_rate(...), .resolved_rate_motion(...)
 from . import trajopt  # jaxarm.trajopt.shooting / multiple_shooting / ilqr / reach_problem
 from .integrators import explicit_rk, rk3_rolled, rk4_rolled
+from ._xla import compiler_options, jit  # jax.jit with jaxarm's CPU compiler options (see jaxarm/_xla.py)

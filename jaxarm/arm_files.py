@@ -621,15 +621,22 @@ def save_arm(arm: Arm, path, *, comment: str | None = None) -> Path:
 
 
 def write_text_atomic(path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically: a temporary file in the same directory, flushed and
-    fsync'ed, then ``os.replace``; on any error the temporary file is removed and an existing file
-    at ``path`` is left untouched. The old file's permissions (or the umask's) are kept."""
+    """Write ``text`` (UTF-8, ``\\n`` line ends) to ``path`` atomically (:func:`write_atomic`)."""
+    return write_atomic(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def write_atomic(path, writer) -> Path:
+    """Write a file atomically: ``writer(handle)`` fills a binary temporary file in the same
+    directory, which is flushed, fsync'ed and then moved over ``path`` with ``os.replace``; on any
+    error the temporary file is removed and an existing file at ``path`` is left untouched. The old
+    file's permissions (or those the umask gives a new file) are kept. For figures:
+    ``write_atomic(path, lambda f: fig.savefig(f, format="png"))``."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            writer(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, _file_mode(path))  # mkstemp makes 0600; keep the old file's mode or the umask's

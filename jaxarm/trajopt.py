@@ -129,6 +129,7 @@ class _Setup:
     method: object
     T: int
     checkpoint: bool = False
+    adjoint: bool = False
 
     def to_input(self, z):
         """u (..., n) from the dimensionless decision z (..., n)."""
@@ -218,7 +219,7 @@ def _without_input_limits(arm: Arm, input: str) -> Arm:
     return arm.replace(limits=dataclasses.replace(arm.limits, torque=jnp.full_like(jnp.asarray(arm.limits.torque, float), jnp.inf)))
 
 
-def _setup(arm, problem, u_init, func, *, torque_limits, input, method, checkpoint=False):
+def _setup(arm, problem, u_init, func, *, torque_limits, input, method, checkpoint=False, adjoint=False):
     checks.check_arm(arm, func)
     _check_input_kind(arm, input, func)
     if not isinstance(problem, ReachProblem):
@@ -241,7 +242,7 @@ def _setup(arm, problem, u_init, func, *, torque_limits, input, method, checkpoi
     setup = _Setup(
         arm=_without_input_limits(arm, input), problem=problem, scale=scale, limited=limited,
         squash=torque_limits == "squash", input=input, method=method, T=int(u_init.shape[0]),
-        checkpoint=bool(checkpoint),
+        checkpoint=bool(checkpoint), adjoint=bool(adjoint),
     )
     return setup, u_init.astype(jnp.result_type(u_init.dtype, float))
 
@@ -433,7 +434,8 @@ def _simulate(setup, z, x0=None):
     n = setup.arm.n
     q0, qd0 = (p.q0, p.qd0) if x0 is None else (x0[:n], x0[n:])
     traj = rollout(setup.arm, q0, qd0, setup.to_input(z), p.dt, method=setup.method, input=setup.input,
-                   saturate=False, on_divergence="flag", checkpoint=setup.checkpoint)
+                   saturate=False, on_divergence="flag", checkpoint=setup.checkpoint,
+                   adjoint=setup.adjoint)
     return jnp.concatenate([traj.q, traj.qd], axis=1)
 
 
@@ -571,6 +573,7 @@ def shooting(
     mu: float = 10.0,
     mu_growth: float = 10.0,
     checkpoint: bool = False,
+    adjoint: bool = False,
 ) -> TrajoptResult:
     """Direct single shooting: minimize J over the whole input schedule through one differentiable
     rollout (:func:`jaxarm.rollout`, RK3 by default) with an optax optimizer.
@@ -587,9 +590,13 @@ def shooting(
     non-finite objective or no decrease at all over a window stops unconverged. (An absolute gradient test never triggers with a
     squashed, active limit: tanh z approaches it only as z -> inf.) max_iterations: over all rounds.
     checkpoint: rematerialize rollout steps in the backward pass (less memory).
+    adjoint: gradients by the discrete adjoint (``jaxarm.rollout(..., adjoint=True)``): the same
+        gradient, cheaper per iteration for one problem on a CPU when compiled with
+        :func:`jaxarm.jit` (README, "Trajectory optimization"); under a plain ``jax.jit`` on a CPU
+        it is slower than plain reverse mode (see :func:`jaxarm.rollout`).
     Pure and traceable: ``jax.vmap(lambda p: shooting(arm, p, u0))(problems)`` solves a batch.
     """
-    setup, u_init = _setup(arm, problem, u_init, "shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint)
+    setup, u_init = _setup(arm, problem, u_init, "shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "shooting", window=window)
     optimizer = _default_optimizer() if optimizer is None else optimizer
 
@@ -628,17 +635,18 @@ def multiple_shooting(
     mu: float = 100.0,
     mu_growth: float = 10.0,
     checkpoint: bool = False,
+    adjoint: bool = False,
 ) -> TrajoptResult:
     """Direct multiple shooting: the horizon T is split into ``segments`` equal pieces (T must be a
     multiple), each rolled out (vmapped :func:`jaxarm.rollout`) from its own initial state, which is
     a decision variable; continuity x_end(segment j) = x_start(segment j+1) is an equality
     constraint (defect) handled by the augmented Lagrangian together with the limits.
 
-    Same cost, options and result as :func:`shooting`; the segment starts are initialized from a
+    Same cost, options (``adjoint`` included) and result as :func:`shooting`; the segment starts are initialized from a
     rollout of u_init (zero defects), and the result's trajectory is a single rollout of the
     optimized u (its max_violation includes the remaining defects).
     """
-    setup, u_init = _setup(arm, problem, u_init, "multiple_shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint)
+    setup, u_init = _setup(arm, problem, u_init, "multiple_shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "multiple_shooting", window=window)
     if not isinstance(segments, (int, np.integer)) or segments < 1 or setup.T % segments:
         raise ValueError(f"multiple_shooting: segments: expected a positive whole number dividing the horizon T = {setup.T}, got {segments!r}")

@@ -50,6 +50,20 @@ def with_masses(arm: jaxarm.Arm, mass) -> jaxarm.Arm:
     return arm.replace(links=dataclasses.replace(arm.links, mass=np.asarray(mass, dtype=float)))
 
 
+def motor_arm() -> jaxarm.Arm:
+    """sim_arm(2) with DC drives (joint 1 saturating inside a +-10 V DAC's range) and a tool frame."""
+    arm = with_drives(
+        sim_arm(2),
+        gear_ratio=[20.0, -15.0, 10.0],
+        torque_constant=[0.05, 0.04, 0.06],
+        resistance=[1.0, 1.5, 2.0],
+        voltage_limit=[6.0, 24.0, 24.0],  # joint 1 saturates inside the DAC's range
+        rotor_inertia=[1e-5, 2e-5, 3e-5],
+        viscous_friction=[1e-4, 1e-4, 1e-4],
+    )
+    return arm.replace(tool=np.array([[0, -1, 0, 0.1], [1, 0, 0, 0.0], [0, 0, 1, 0.2], [0, 0, 0, 1.0]]))
+
+
 @functools.partial(jax.jit, static_argnames=("method", "input", "hold", "dac"))
 def _roll(arm, q0, qd0, u, dt, t0, f_ext, *, method, input, hold, dac):
     return jaxarm.rollout(arm, q0, qd0, u, dt, t0=t0, f_ext=f_ext, method=method, input=input, hold=hold, dac=dac,

@@ -389,3 +389,24 @@ def test_save_keeps_file_mode(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert os.stat(fresh).st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_write_atomic_writer_failure_and_mode(tmp_path):
+    """The figure/binary path of the atomic writer: a writer failing half-way leaves the old file
+    and no temporary file; a new file gets the umask's mode, not mkstemp's 0600."""
+    target = tmp_path / "plot.png"
+    target.write_bytes(b"old figure")
+
+    def half_then_fail(handle):
+        handle.write(b"partial")
+        raise RuntimeError("renderer crashed")
+
+    with pytest.raises(RuntimeError, match="renderer crashed"):
+        arm_files.write_atomic(target, half_then_fail)
+    assert target.read_bytes() == b"old figure"
+    assert os.listdir(tmp_path) == ["plot.png"]
+    fresh = arm_files.write_atomic(tmp_path / "new.png", lambda f: f.write(b"\x89PNG"))
+    assert fresh.read_bytes() == b"\x89PNG"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(fresh).st_mode & 0o777 == 0o666 & ~mask

@@ -23,6 +23,7 @@ from tests.helpers_sim import (
     forward_dynamics,
     free_motion,
     kutta_rk3_step,
+    motor_arm,
     pendulum,
     roll,
     sim_arm,
@@ -104,19 +105,6 @@ def test_energy_decreases_monotonically_with_viscous_friction():
 
 DAC = jaxarm.DAC(full_scale=10.0, bits=8)
 DAC_STEP = 20.0 / 256
-
-
-def motor_arm():
-    arm = with_drives(
-        sim_arm(2),
-        gear_ratio=[20.0, -15.0, 10.0],
-        torque_constant=[0.05, 0.04, 0.06],
-        resistance=[1.0, 1.5, 2.0],
-        voltage_limit=[6.0, 24.0, 24.0],  # joint 1 saturates inside the DAC's range
-        rotor_inertia=[1e-5, 2e-5, 3e-5],
-        viscous_friction=[1e-4, 1e-4, 1e-4],
-    )
-    return arm.replace(tool=np.array([[0, -1, 0, 0.1], [1, 0, 0, 0.0], [0, 0, 1, 0.2], [0, 0, 0, 1.0]]))
 
 
 @pytest.fixture(scope="module")
