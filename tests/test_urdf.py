@@ -707,6 +707,8 @@ def test_rollout_and_its_gradient_work_unchanged_on_a_urdf_arm(tmp_path):
     ref = jaxarm.rollout(arm, q0, np.zeros(arm.n), tau, 1e-3)
     got = jaxarm.rollout(back, q0, np.zeros(arm.n), tau, 1e-3)
     np.testing.assert_allclose(got.q, ref.q, rtol=0, atol=1e-12)
-    # Euler keeps the gradient's compile time small (one forward-dynamics call per step).
-    grad = jax.grad(lambda a: jaxarm.rollout(a, q0, np.zeros(arm.n), tau, 1e-3, method="euler").q[-1].sum())(back)
+    # Euler keeps the gradient's compile time small (one forward-dynamics call per step); jitted
+    # with jaxarm's compiler options, as the README advises (an eager jax.grad compiles the scan's
+    # transpose with XLA's fusion emitters, which took minutes for the component-wise dynamics).
+    grad = jaxarm.jit(jax.grad(lambda a: jaxarm.rollout(a, q0, np.zeros(arm.n), tau, 1e-3, method="euler").q[-1].sum()))(back)
     assert np.all(np.isfinite(grad.links.mass)) and np.any(np.asarray(grad.links.mass) != 0)
