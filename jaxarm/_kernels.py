@@ -12,7 +12,13 @@ recursion into a few elementwise loops that LLVM vectorizes over the batch.
 Two further points, both measured:
 - :func:`sincos` evaluates sine and cosine with polynomials (vectorized) instead of the scalar
   libm calls XLA:CPU emits for ``jnp.sin`` / ``jnp.cos`` (about 12 ns per value in float64);
-- how the scalars are put back into arrays matters (:func:`vector`, :func:`matrix`).
+- how the scalars are put back into arrays matters (:func:`vector`, :func:`matrix`);
+- an arm closed over by a jit (not passed to it) is known while tracing: its parameters enter as
+  :class:`Known` scalars, so its structural zeros and ones (DH twists of 0 and 90 degrees,
+  principal inertias, gravity along one axis) fold away at trace time. The Panda's forward
+  dynamics shrinks from 4762 to 2044 traced operations, and a batched RK3 rollout of it runs ~1.5x
+  faster and compiles ~2x faster. A traced arm (``jax.grad`` with respect to it) takes the same
+  code with tracers in place of Knowns.
 
 Everything here is private; every dynamics function of :mod:`jaxarm.dynamics` (so forward
 dynamics and the rollouts too) is built on these kernels. One forward dynamics becomes a single
@@ -30,6 +36,8 @@ from fractions import Fraction
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .checks import _is_concrete as _concrete
 
 # --------------------------------------------------------------------------------------
 # sine and cosine
@@ -148,11 +156,127 @@ def sym_mv(I, v):
     return (xx * v[0] + xy * v[1] + xz * v[2], xy * v[0] + yy * v[1] + yz * v[2], xz * v[0] + yz * v[1] + zz * v[2])
 
 
+class Known:
+    """A scalar whose value is known while the program is traced: an entry of an arm that is a
+    compile-time constant (closed over by the user's ``jit``, not passed to it as an argument).
+
+    Arithmetic with a Known folds at trace time: ``0 * x`` is 0, ``1 * x`` is x, ``0 + x`` is x,
+    and two Knowns combine into a Known. The zeros of an arm's structure (DH twists of 0 and
+    +-90 degrees, centres of mass on an axis, principal inertias, gravity along one axis) then
+    cost nothing in the compiled program: 34 % of the Panda's forward-dynamics multiplications
+    had a constant 0 or +-1 operand (measured on the traced program). A traced arm (``jax.grad``
+    with respect to it, ``vmap`` over arms) gives tracers here instead, and the same equations.
+
+    ``0 * x`` is folded to 0 even where x could be inf or NaN; a rollout whose state becomes
+    non-finite is still flagged by its divergence check, which looks at the state itself.
+    Operators only: jax arrays defer to ``__rmul__`` etc. for this type; :func:`materialize`
+    turns it into an array.
+    """
+
+    __slots__ = ("value",)
+    __array_ufunc__ = None  # numpy scalars and arrays defer to the reflected operators below
+
+    def __init__(self, value):
+        self.value = float(value)
+
+    def __repr__(self):
+        return f"Known({self.value!r})"
+
+    def __mul__(self, other):
+        if isinstance(other, Known):
+            return Known(self.value * other.value)
+        if self.value == 0.0:
+            return ZERO
+        if self.value == 1.0:
+            return other
+        if self.value == -1.0:
+            return -other
+        return self.value * other
+
+    __rmul__ = __mul__
+
+    def __add__(self, other):
+        if isinstance(other, Known):
+            return Known(self.value + other.value)
+        if self.value == 0.0:
+            return other
+        return other + self.value
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        if isinstance(other, Known):
+            return Known(self.value - other.value)
+        return self + (-other)
+
+    def __rsub__(self, other):  # other - self, other not Known
+        return other if self.value == 0.0 else other - self.value
+
+    def __neg__(self):
+        return Known(-self.value)
+
+    def __truediv__(self, other):
+        if isinstance(other, Known):
+            return Known(_divide(self.value, other.value))
+        return ZERO if self.value == 0.0 else self.value / other
+
+    def __rtruediv__(self, other):  # other / self
+        return other * Known(_divide(1.0, self.value))
+
+
+ZERO = Known(0.0)
+
+
+def _divide(a: float, b: float) -> float:
+    """a / b with IEEE semantics (inf, nan), as the same division of arrays would give: a
+    singular matrix then fails where it fails for a traced arm, not as a ZeroDivisionError."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.float64(a) / np.float64(b))
+
+
+def sqrt(x):
+    if isinstance(x, Known):
+        with np.errstate(invalid="ignore"):
+            return Known(np.sqrt(np.float64(x.value)))
+    return jnp.sqrt(x)
+
+
+def materialize(x, dtype):
+    """An array for x: a Known becomes a constant of ``dtype``, anything else passes through."""
+    return jnp.asarray(x.value, dtype) if isinstance(x, Known) else x
+
+
+def concrete(tree) -> bool:
+    """True when no leaf of ``tree`` (an arm, say) is a tracer: its values are known while
+    tracing (closed over by a jit, not an argument of it, not differentiated or vmapped)."""
+    return all(_concrete(x) for x in jax.tree_util.tree_leaves(tree))
+
+
+def _knowns(a):
+    """The entries of a concrete array as Knowns (a nested list of its shape), entries within
+    8 ulps of the array's largest being snapped to 0: cos(pi/2) = 6e-17 is the rounding of an
+    exact zero, and folding it keeps the DH structure (the change is below the rounding of every
+    product it enters)."""
+    a = np.asarray(a)
+    tol = 8 * np.finfo(a.dtype).eps * (np.max(np.abs(a)) if a.size else 0.0)
+    snapped = np.where(np.abs(a) <= tol, 0.0, a).astype(float)
+    return jax.tree_util.tree_map(Known, snapped.tolist())
+
+
+def scalar(x):
+    """A scalar parameter: a Known if it is concrete, else the tracer."""
+    return Known(np.asarray(x)) if _concrete(x) else x
+
+
 def _vec(a):
+    if _concrete(a):
+        return tuple(_knowns(a))
     return (a[0], a[1], a[2])
 
 
 def _mat(A):
+    if _concrete(A):
+        return tuple(tuple(row) for row in _knowns(A))
     return tuple((A[i, 0], A[i, 1], A[i, 2]) for i in range(3))
 
 
@@ -160,6 +284,10 @@ def _sym(A):
     """The six entries of a symmetric 3x3 A, off-diagonals averaged over both triangles: the same
     value for a symmetric A, and a symmetric gradient with respect to A (so a gradient step on an
     inertia tensor keeps it symmetric)."""
+    if _concrete(A):
+        A = np.asarray(A)
+        K = _knowns(0.5 * (A + A.T))
+        return (K[0][0], K[0][1], K[0][2], K[1][1], K[1][2], K[2][2])
     return (A[0, 0], 0.5 * (A[0, 1] + A[1, 0]), 0.5 * (A[0, 2] + A[2, 0]), A[1, 1], 0.5 * (A[1, 2] + A[2, 1]), A[2, 2])
 
 
@@ -211,11 +339,11 @@ def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
         a = mtv(R, u)
         w_rot = None if w is None else mtv(R, w)
         wd_rot = None if wd is None else mtv(R, wd)
-        zero = jnp.zeros_like(qd[i])
+        zero = ZERO
         if rev:
             # Craig 6.45: w = R^T w + qd z;  6.46: wd = R^T wd + (R^T w) x qd z + qdd z
             w = (zero, zero, qd[i]) if w_rot is None else (w_rot[0], w_rot[1], w_rot[2] + qd[i])
-            wdz = qd[i] * 0.0 if qdd is None else qdd[i]
+            wdz = ZERO if qdd is None else qdd[i]
             if wd_rot is None:
                 wd = (zero, zero, wdz)
             else:
@@ -227,7 +355,7 @@ def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
                 a = (a[0] + 2.0 * w[1] * qd[i], a[1] - 2.0 * w[0] * qd[i], a[2])
             if qdd is not None:
                 a = (a[0], a[1], a[2] + qdd[i])
-        m, h, I = bodies.mass[i], _vec(bodies.first_moment[i]), _sym(bodies.inertia_origin[i])
+        m, h, I = scalar(bodies.mass[i]), _vec(bodies.first_moment[i]), _sym(bodies.inertia_origin[i])
         if w is None:  # a prismatic first joint: the body translates only
             f = scale(m, a)
             nm = cross(h, a)
@@ -268,7 +396,7 @@ def composite_mass_matrix(bodies, is_revolute, frames):
     returns M as a list of n rows of n scalars (symmetric, both triangles filled)."""
     n = len(is_revolute)
     m_c, h_c, I_c = [None] * n, [None] * n, [None] * n
-    m_c[-1] = bodies.mass[-1]
+    m_c[-1] = scalar(bodies.mass[-1])
     h_c[-1] = _vec(bodies.first_moment[-1])
     I_c[-1] = _sym(bodies.inertia_origin[-1])
     for i in range(n - 2, -1, -1):
@@ -287,14 +415,14 @@ def composite_mass_matrix(bodies, is_revolute, frames):
             e = -(m * p[j] * p[k] + p[j] * Rh[k] + Rh[j] * p[k])
             shift.append(e + diag if j == k else e)
         Io = _sym(bodies.inertia_origin[i])
-        m_c[i] = bodies.mass[i] + m
+        m_c[i] = scalar(bodies.mass[i]) + m
         h_c[i] = add(_vec(bodies.first_moment[i]), Rh, scale(m, p))
         I_c[i] = tuple(Io[k] + RIR[k] + shift[k] for k in range(6))
     M = [[None] * n for _ in range(n)]
     for i, rev in enumerate(is_revolute):
         h, I = h_c[i], I_c[i]
         # Wrench on composite i for a unit acceleration of joint i (Swartz eqs 20-22).
-        zero = jnp.zeros_like(m_c[i])
+        zero = ZERO
         if rev:
             f = (-h[1], h[0], zero)  # z x h
             nm = (I[2], I[4], I[5])  # third column of I
@@ -315,8 +443,16 @@ def composite_mass_matrix(bodies, is_revolute, frames):
 # Assembling scalars into arrays
 
 
-def vector(values):
-    """Stack n scalars into an (n,) array as a chain of selects on a constant mask.
+def _dtype(values, dtype):
+    if dtype is not None:
+        return dtype
+    traced = [x for x in values if not isinstance(x, Known)]
+    return jnp.result_type(*traced) if traced else jnp.result_type(float)
+
+
+def vector(values, dtype=None):
+    """Stack n scalars into an (n,) array as a chain of selects on a constant mask (Knowns become
+    constants of ``dtype``, by default that of the other values).
 
     Measured on XLA:CPU (batched under vmap): ``jnp.stack`` of a few deep scalar expressions is
     fused into one loop whose per-element code re-derives every shared subexpression (orders of
@@ -324,7 +460,9 @@ def vector(values):
     loop that evaluates the recursion once per state.
     """
     n = len(values)
-    out = values[-1] * jnp.ones(n, jnp.result_type(*values))
+    dtype = _dtype(values, dtype)
+    values = [materialize(x, dtype) for x in values]
+    out = values[-1] * jnp.ones(n, dtype)
     for j in range(n - 1):
         mask = np.zeros(n, dtype=bool)
         mask[j] = True
@@ -332,7 +470,7 @@ def vector(values):
     return out
 
 
-def matrix(rows):
+def matrix(rows, dtype=None):
     """Stack an n x m nested list of scalars into an (n, m) array.
 
     A stack of more than eight operands is not fused with its producers by XLA:CPU (they
@@ -341,7 +479,7 @@ def matrix(rows):
     """
     n, m = len(rows), len(rows[0])
     flat = [x for r in rows for x in r]
+    dtype = _dtype(flat, dtype)
     if n * m <= 8:
-        return vector(flat).reshape(n, m)
-    dtype = jnp.result_type(*flat)
-    return jnp.stack([jnp.asarray(x, dtype) for x in flat]).reshape(n, m)
+        return vector(flat, dtype).reshape(n, m)
+    return jnp.stack([jnp.asarray(materialize(x, dtype), dtype) for x in flat]).reshape(n, m)

@@ -12,15 +12,40 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from . import _xla
+from . import _kernels, _xla
 from .arm import Arm
 from .simulate import Trajectory, check_divergence, rollout
 
 
-@_xla.jit(static_argnames=("policy", "arm_batched", "inputs_batched", "options"))
-def _kernel(arm, q0, qd0, schedule, dt, traced, *, policy, arm_batched, inputs_batched, options):
-    """vmap(rollout) over the batch; the input is ``policy`` when given, else ``schedule``.
+class _ConstantArm:
+    """An arm as a static argument of a jit: hashed and compared by its values, so the compiled
+    program holds its parameters as constants (the dynamics kernels fold its structural zeros,
+    :class:`jaxarm._kernels.Known`) and an arm with other values compiles anew."""
+
+    def __init__(self, arm: Arm):
+        leaves, self.treedef = jax.tree_util.tree_flatten(arm)
+        self.leaves = tuple(np.asarray(x) for x in leaves)
+        self.arm = jax.tree_util.tree_unflatten(self.treedef, self.leaves)
+        self._hash = hash((self.treedef, tuple((x.dtype.str, x.shape, x.tobytes()) for x in self.leaves)))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, _ConstantArm)
+            and self.treedef == other.treedef
+            and all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True) for a, b in zip(self.leaves, other.leaves))
+        )
+
+
+@_xla.jit(static_argnames=("policy", "arm_batched", "inputs_batched", "options", "constant"))
+def _kernel(arm, q0, qd0, schedule, dt, traced, *, policy, arm_batched, inputs_batched, options, constant=None):
+    """vmap(rollout) over the batch; the input is ``policy`` when given, else ``schedule``; the
+    arm is ``constant.arm`` (compiled in) when given, else ``arm`` (data).
     Compiled with :func:`jaxarm._xla.compiler_options` (no YNNPACK fusions on CPU)."""
+    if constant is not None:
+        arm = constant.arm
 
     def one(a, q, qd, u):
         return rollout(a, q, qd, policy or u, dt, on_divergence="flag", **traced, **dict(options))
@@ -38,6 +63,7 @@ def rollout_batch(
     *,
     arm_batched: bool = False,
     inputs_batched: bool = True,
+    constant_arm: bool = True,
     devices=None,
     on_divergence: str = "raise",
     **kwargs,
@@ -51,6 +77,13 @@ def rollout_batch(
     equals ``jax.vmap(rollout)`` exactly. Returns a Trajectory whose arrays have a leading axis B.
     Compiled kernels are cached: repeated calls with the same shapes and options do not recompile
     (a policy is part of the cache key, so reuse the same policy object).
+
+    constant_arm: compile the arm's values into the program (default; one arm, not batched, not a
+    tracer), so that its structural zeros cost nothing: a 1000-step RK3 rollout of the Puma 560
+    runs ~1.6x faster and compiles ~2x faster than with the arm as data (README, Benchmarks).
+    Calls with an arm of other values then compile again; pass ``constant_arm=False`` to compile
+    once for every arm of the same structure (a Python loop over many arms; or batch them with
+    ``arm_batched=True``). The results are the same up to rounding.
     """
     q0, qd0 = jnp.asarray(q0), jnp.asarray(qd0)
     if q0.ndim != 2 or q0.shape != qd0.shape:
@@ -82,8 +115,9 @@ def rollout_batch(
         hash(options)
     except TypeError:
         raise ValueError(f"rollout_batch: options {sorted(kwargs)} must be hashable values") from None
+    constant = _ConstantArm(arm) if constant_arm and not arm_batched and _kernels.concrete(arm) else None
     args = [
-        jax.tree_util.tree_map(pad, arm) if arm_batched else arm,
+        None if constant is not None else jax.tree_util.tree_map(pad, arm) if arm_batched else arm,
         pad(q0),
         pad(qd0),
         None if policy else (pad(inputs) if inputs_batched else jnp.asarray(inputs)),
@@ -103,6 +137,7 @@ def rollout_batch(
         arm_batched=arm_batched,
         inputs_batched=inputs_batched,
         options=options,
+        constant=constant,
     )
     if padded != B:
         traj = jax.tree_util.tree_map(lambda x: x[:B], traj)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import _kernels, checks, drives, linalg, spatial
 from .arm import Arm, Bodies, body_model, joint_transform
@@ -35,9 +36,24 @@ def _z(like):
 
 
 def _base_acceleration(arm: Arm, dtype):
-    """Gravity enters as an upward base acceleration (Swartz: vdot_0 = -g; ERRATA), in frame 0."""
-    R0 = jnp.asarray(arm.base, dtype=dtype)[:3, :3]
-    return -spatial.mtv(R0, jnp.asarray(arm.gravity, dtype=dtype))
+    """Gravity enters as an upward base acceleration (Swartz: vdot_0 = -g; ERRATA), in frame 0.
+    A numpy array when base and gravity are concrete (the kernels then fold its zeros)."""
+    xp = np if _kernels.concrete((arm.base, arm.gravity)) else jnp
+    R0 = xp.asarray(arm.base, dtype=dtype)[:3, :3]
+    return -(R0.T @ xp.asarray(arm.gravity, dtype=dtype))
+
+
+_body_model = jax.jit(body_model)
+
+
+def _bodies(arm: Arm) -> Bodies:
+    """``body_model(arm)``; computed now, as numpy arrays, when the arm is concrete (closed over
+    by a jit, not traced), so that the kernels see its values and fold its structural zeros
+    (:class:`jaxarm._kernels.Known`). A traced arm gives the traced body model."""
+    if not _kernels.concrete(arm):
+        return body_model(arm)
+    with jax.ensure_compile_time_eval():
+        return jax.tree_util.tree_map(np.asarray, _body_model(arm))
 
 
 def _tip_wrench(bodies: Bodies, f_ext):
@@ -108,10 +124,10 @@ def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
     component-wise kernel :func:`jaxarm._kernels.rnea`; qdd None means zero acceleration.
     Returns (tau (n,), wrenches (n, 6))."""
     frames = _kernels.joint_frames(bodies, arm.is_revolute, q)
-    a0 = tuple(a0[k] for k in range(3))
-    taus, forces, moments = _kernels.rnea(bodies, arm.is_revolute, frames, qd, qdd, a0, _kernel_tip(bodies, f_ext))
-    wrenches = _kernels.matrix([tuple(f) + tuple(m) for f, m in zip(forces, moments)])
-    return _kernels.vector(taus), wrenches
+    dtype = jnp.result_type(bodies.mass, q, qd, a0)
+    taus, forces, moments = _kernels.rnea(bodies, arm.is_revolute, frames, qd, qdd, _kernels._vec(a0), _kernel_tip(bodies, f_ext))
+    wrenches = _kernels.matrix([tuple(f) + tuple(m) for f, m in zip(forces, moments)], dtype)
+    return _kernels.vector(taus, dtype), wrenches
 
 
 def _kernel_tip(bodies, f_ext):
@@ -143,7 +159,7 @@ def inverse_dynamics(arm: Arm, q, qd, qdd, f_ext=None):
 
 
 def _inverse_dynamics(arm, q, qd, qdd, f_ext=None):
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, qdd)
     tau, _ = _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)
     return tau + drives._reflected_inertia(arm) * qdd + drives._friction_torques(arm, qd)
@@ -153,7 +169,7 @@ def rigid_body_torques(arm: Arm, q, qd, qdd, f_ext=None):
     """Inverse dynamics of the links alone: no rotor inertia, no friction (n,)."""
     q, qd, qdd = _state(arm, "rigid_body_torques", q=q, qd=qd, qdd=qdd)
     f_ext = checks.wrench(f_ext, "f_ext", "rigid_body_torques")
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, qdd)
     return _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)[0]
 
@@ -165,7 +181,7 @@ def joint_wrenches(arm: Arm, q, qd, qdd, f_ext=None):
     """
     q, qd, qdd = _state(arm, "joint_wrenches", q=q, qd=qd, qdd=qdd)
     f_ext = checks.wrench(f_ext, "f_ext", "joint_wrenches")
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, qdd)
     return _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)[1]
 
@@ -175,7 +191,7 @@ def bias_forces(arm: Arm, q, qd, f_ext=None):
     qdd = 0 (Swartz's bias vector; ERRATA: theta-double-dot = 0). No friction."""
     q, qd = _state(arm, "bias_forces", q=q, qd=qd)
     f_ext = checks.wrench(f_ext, "f_ext", "bias_forces")
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd)
     return _rnea(arm, bodies, q, qd, None, _base_acceleration(arm, dtype), f_ext)[0]
 
@@ -189,7 +205,7 @@ def _bias(arm, bodies, q, qd, f_ext=None):
 def gravity_torques(arm: Arm, q):
     """Torques (n,) that hold the arm still against gravity, g(q)."""
     (q,) = _state(arm, "gravity_torques", q=q)
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q)
     return _rnea(arm, bodies, q, jnp.zeros_like(q), None, _base_acceleration(arm, dtype))[0]
 
@@ -244,14 +260,15 @@ def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
     """M(q) (n, n) of the links: the equations of :func:`_reference_composite_mass_matrix`
     computed by the component-wise kernel :func:`jaxarm._kernels.composite_mass_matrix`."""
     frames = _kernels.joint_frames(bodies, arm.is_revolute, q)
-    return _kernels.matrix(_kernels.composite_mass_matrix(bodies, arm.is_revolute, frames))
+    dtype = jnp.result_type(bodies.mass, q)
+    return _kernels.matrix(_kernels.composite_mass_matrix(bodies, arm.is_revolute, frames), dtype)
 
 
 def mass_matrix(arm: Arm, q):
     """Joint-space inertia matrix M(q) (n, n), including reflected rotor inertia G^2 Jm on the
     diagonal. Composite-body method (Walker-Orin method 3, Swartz eqs 16-26)."""
     (q,) = _state(arm, "mass_matrix", q=q)
-    M = _composite_mass_matrix(arm, body_model(arm), q)
+    M = _composite_mass_matrix(arm, _bodies(arm), q)
     return M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
 
 
@@ -265,7 +282,7 @@ def mass_matrix_by_columns(arm: Arm, q):
     """M(q) by Walker-Orin method 1: column j is inverse dynamics with qd = 0, no gravity,
     qdd = e_j (ERRATA). Slower (n Newton-Euler passes); kept as an independent check."""
     (q,) = _state(arm, "mass_matrix_by_columns", q=q)
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     zero = jnp.zeros(3, jnp.result_type(bodies.mass, q))
     eye = jnp.eye(arm.n, dtype=zero.dtype)
     cols = jax.vmap(lambda e: _reference_rnea(arm, bodies, q, jnp.zeros_like(q), e, zero)[0])(eye)
@@ -287,11 +304,10 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     """Forward dynamics in components: the joint frames once, bias torques by the Newton-Euler
     kernel (qdd = 0), M by the composite-body kernel, and the unrolled Cholesky solve on scalars,
     so the whole of it is scalar arithmetic (one fused loop per state batch on XLA:CPU)."""
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, tau)
     frames = _kernels.joint_frames(bodies, arm.is_revolute, q)
-    a0 = _base_acceleration(arm, dtype)
-    a0 = tuple(a0[k] for k in range(3))
+    a0 = _kernels._vec(_base_acceleration(arm, dtype))
     bias, _, _ = _kernels.rnea(bodies, arm.is_revolute, frames, qd, None, a0, _kernel_tip(bodies, f_ext))
     M = _kernels.composite_mass_matrix(bodies, arm.is_revolute, frames)
     rotor = drives._reflected_inertia(arm).astype(dtype)
@@ -299,14 +315,14 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     n = arm.n
     M = [[M[i][j] + rotor[i] if i == j else M[i][j] for j in range(n)] for i in range(n)]
     rhs = [tau[i] - bias[i] - friction[i] for i in range(n)]
-    return _kernels.vector(linalg.cholesky_solve_scalars(M, rhs))
+    return _kernels.vector(linalg.cholesky_solve_scalars(M, rhs), dtype)
 
 
 def _reference_forward_dynamics(arm, q, qd, tau, f_ext=None):
     """Forward dynamics by the reference code: M and the bias torques from
     :func:`_reference_composite_mass_matrix` and :func:`_reference_rnea`, solved by
     :func:`jaxarm.linalg.cholesky_solve` (checked against :func:`_forward_dynamics` in the tests)."""
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, tau)
     M = _reference_composite_mass_matrix(arm, bodies, q)
     M = M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
@@ -319,7 +335,7 @@ def coriolis_matrix(arm: Arm, q, qd):
     Gamma_ijk = (dM_ij/dq_k + dM_ik/dq_j - dM_jk/dq_i) / 2, so that M-dot - 2C is skew-symmetric
     and C qd + g = bias_forces. (Not Craig's centrifugal-coefficient matrix.)"""
     q, qd = _state(arm, "coriolis_matrix", q=q, qd=qd)
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     dM = jax.jacfwd(lambda x: _composite_mass_matrix(arm, bodies, x))(q)  # dM[i, j, k] = dM_ij / dq_k
     gamma = 0.5 * (dM + jnp.swapaxes(dM, 1, 2) - jnp.transpose(dM, (2, 1, 0)))
     return jnp.einsum("ijk,k->ij", gamma, qd)
@@ -328,14 +344,14 @@ def coriolis_matrix(arm: Arm, q, qd):
 def kinetic_energy(arm: Arm, q, qd):
     """Kinetic energy 1/2 qd^T M(q) qd of links and rotors."""
     q, qd = _state(arm, "kinetic_energy", q=q, qd=qd)
-    M = _mass_matrix(arm, body_model(arm), q)
+    M = _mass_matrix(arm, _bodies(arm), q)
     return 0.5 * qd @ M @ qd
 
 
 def potential_energy(arm: Arm, q):
     """Gravitational potential energy -sum_i m_i g . c_i (world frame), zero at the world origin."""
     (q,) = _state(arm, "potential_energy", q=q)
-    bodies = body_model(arm)
+    bodies = _bodies(arm)
     rots, origins = body_poses(arm, bodies, q)
     # world position of each body's first moment: m p_origin + R h
     moments = bodies.mass[:, None] * origins + jnp.einsum("nij,nj->ni", rots, bodies.first_moment)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from . import _kernels
+
 
 def cholesky_solve(M, b):
     """Solve M x = b for a symmetric positive definite M (n, n) by an unrolled Cholesky
@@ -29,7 +31,7 @@ def cholesky_solve_scalars(M, b):
         s = M[j][j]
         for k in range(j):
             s = s - L[j][k] * L[j][k]
-        d = jnp.sqrt(s)
+        d = _kernels.sqrt(s)
         L[j][j] = d
         inv_diag[j] = 1.0 / d
         for i in range(j + 1, n):

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import checks, integrators, motors
+from . import _kernels, checks, integrators, motors
 from .adjoint import scan as adjoint_scan
 from .arm import Arm
 from .dynamics import _forward_dynamics
@@ -211,7 +211,15 @@ def rollout(
     init = (q0.astype(dtype), qd0.astype(dtype), jnp.zeros(n if hold > 1 else 0, dtype), jnp.asarray(-1, jnp.int32))
     xs = (jnp.arange(T, dtype=jnp.int32), schedule, ext)
     params = (arm, dt, t0)
-    if adjoint:
+    if adjoint and _kernels.concrete(arm):
+        # A constant arm (not differentiated) is closed over rather than passed as a parameter of
+        # the adjoint scan: its values stay known while tracing and its structural zeros fold
+        # (jaxarm._kernels.Known), in the forward sweep and the step Jacobians alike.
+        def body_of_constant_arm(p, carry, xs_k):
+            return body((arm,) + p, carry, xs_k)
+
+        (_, _, _, diverged), (qs, qds, qdds, taus, us) = adjoint_scan(body_of_constant_arm, (dt, t0), init, xs)
+    elif adjoint:
         (_, _, _, diverged), (qs, qds, qdds, taus, us) = adjoint_scan(body, params, init, xs)
     else:
         step = functools.partial(body, params)

@@ -117,6 +117,13 @@ def test_rollout_adjoint_gradient_equals_reverse_mode(input, hold):
     names = ("arm", "q0", "qd0", "u", "f_ext", "dt")
     for name, ref, adj in zip(names, grads[False], grads[True]):
         assert_trees_close(ref, adj, 1e-11, f"{input}, hold={hold}: d cost / d {name}")
+    # the arm closed over (a constant: the adjoint scan closes over it and its zeros fold)
+    def closed(*rest):
+        return _rollout_cost(arm, *rest, adjoint=True, input=input, hold=hold)
+
+    const = jax.jit(jax.grad(closed, argnums=tuple(range(5))))(*args[1:])
+    for name, ref, adj in zip(names[1:], grads[False][1:], const):
+        assert_trees_close(ref, adj, 1e-11, f"{input}, hold={hold}, constant arm: d cost / d {name}")
 
 
 def test_rollout_adjoint_refuses_policies_and_checkpoint():

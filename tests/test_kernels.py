@@ -80,6 +80,88 @@ def test_assembly_helpers():
 
 
 # --------------------------------------------------------------------------------------
+# Known scalars: a constant arm's structure folded at trace time
+
+
+def test_known_scalars_fold_zeros_and_ones():
+    Known, ZERO = _kernels.Known, _kernels.ZERO
+    x = jnp.asarray([1.5, -2.0])
+    assert (Known(0.0) * x) is ZERO and (x * Known(0.0)) is ZERO
+    assert (Known(1.0) * x) is x and (Known(0.0) + x) is x and (x + Known(0.0)) is x and (x - Known(0.0)) is x
+    np.testing.assert_array_equal(Known(-1.0) * x, -x)
+    np.testing.assert_array_equal(Known(2.0) * x + Known(3.0), 2.0 * x + 3.0)
+    np.testing.assert_array_equal(Known(3.0) - x, 3.0 - x)
+    np.testing.assert_array_equal(Known(0.0) - x, -x)
+    np.testing.assert_array_equal(x / Known(4.0), x / 4.0)
+    np.testing.assert_array_equal(Known(2.0) / x, 2.0 / x)
+    both = Known(2.0) * Known(3.0) - Known(1.0) / Known(4.0)
+    assert isinstance(both, Known) and both.value == 5.75
+    assert isinstance(_kernels.sqrt(Known(9.0)), Known) and _kernels.sqrt(Known(9.0)).value == 3.0
+    assert float(np.float64(2.0) * Known(3.0)) == 6.0  # numpy scalars defer to Known, no object arrays
+    # singular input fails as the same arrays would (inf, nan), not as a Python exception
+    assert float(1.0 / Known(0.0)) == np.inf and np.isnan(_kernels.sqrt(Known(-1.0)).value)
+    assert np.isnan((Known(0.0) / Known(0.0)).value)
+    # traced: a multiplication by a Known zero or one leaves nothing in the program
+    jaxpr = jax.make_jaxpr(lambda v: Known(0.0) * v + Known(1.0) * v + Known(0.0))(1.0)
+    assert len(jaxpr.jaxpr.eqns) == 0, jaxpr
+    # the float32 of a program is kept (Knowns enter as weakly typed Python floats)
+    assert (Known(2.5) * jnp.float32(2.0)).dtype == jnp.float32
+    v = _kernels.vector([Known(1.0), jnp.float32(2.0), ZERO])
+    assert v.dtype == jnp.float32
+    np.testing.assert_array_equal(v, [1.0, 2.0, 0.0])
+    np.testing.assert_array_equal(_kernels.matrix([[ZERO] * 3] * 3, jnp.float64), np.zeros((3, 3)))
+
+
+def test_known_entries_snap_rounding_zeros_only():
+    R = np.array([[1.0, 0.0, 0.0], [0.0, np.cos(np.pi / 2), -1.0], [0.0, 1.0, np.cos(np.pi / 2)]])
+    rows = _kernels._mat(R)
+    assert [[k.value for k in r] for r in rows] == [[1, 0, 0], [0, 0, -1], [0, 1, 0]]
+    assert [k.value for k in _kernels._vec(np.array([2.0, 1e-10, 3e-16]))] == [2.0, 1e-10, 0.0]  # relative to 2.0
+    assert [k.value for k in _kernels._vec(np.array([1e-20, 2e-20, 0.0]))] == [1e-20, 2e-20, 0.0]  # tiny but not noise
+    kinds = []
+    jax.jit(lambda v: kinds.extend(type(k) for k in _kernels._vec(v)) or v)(jnp.ones(3))
+    assert kinds and _kernels.Known not in kinds  # traced values are not folded
+
+
+BUNDLED = ("puma560", "panda", "stanford_arm", "cmu_dd_arm", "rp_arm")
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_constant_arm_equals_traced_arm(name):
+    """An arm closed over by the jit (its values known while tracing, structural zeros folded)
+    and the same arm passed as an argument (traced) give the same dynamics; the folding removes
+    a real share of the traced program."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", jaxarm.PhysicalConsistencyWarning)
+        arm = jaxarm.load_arm(name)
+    q, qd, x = random_state(31, arm.n)
+    f_ext = random_wrench(31)
+    w = lambda a: f_ext.astype(a.gravity.dtype)  # noqa: E731  the wrench in the arm's precision
+    funcs = {
+        "inverse_dynamics": lambda a, q, qd, x: jaxarm.inverse_dynamics(a, q, qd, x, w(a)),
+        "joint_wrenches": lambda a, q, qd, x: jaxarm.joint_wrenches(a, q, qd, x),
+        "bias_forces": lambda a, q, qd, x: jaxarm.bias_forces(a, q, qd, w(a)),
+        "mass_matrix": lambda a, q, qd, x: jaxarm.mass_matrix(a, q),
+        "forward_dynamics": lambda a, q, qd, x: jaxarm.forward_dynamics(a, q, qd, x, w(a)),
+    }
+    for what, fn in funcs.items():
+        constant = jax.jit(lambda q, qd, x: fn(arm, q, qd, x))
+        traced = jax.jit(fn)
+        assert_close(constant(q, qd, x), traced(arm, q, qd, x), 1e-13, f"{name} {what}")
+        arm32 = arm.astype(jnp.float32)
+        args32 = tuple(jnp.asarray(v, jnp.float32) for v in (q, qd, x))
+        out32 = jax.jit(lambda q, qd, x: fn(arm32, q, qd, x))(*args32)
+        assert out32.dtype == jnp.float32, what
+        assert_close(out32, traced(arm, q, qd, x), 3e-4 if what == "forward_dynamics" else 3e-5, f"{name} {what} float32")
+    eqns = lambda j: len(j.jaxpr.eqns)  # noqa: E731
+    folded = eqns(jax.make_jaxpr(lambda q, qd, x: dynamics._forward_dynamics(arm, q, qd, x))(q, qd, x))
+    full = eqns(jax.make_jaxpr(lambda a, q, qd, x: dynamics._forward_dynamics(a, q, qd, x))(arm, q, qd, x))
+    assert folded < 0.8 * full, (folded, full)
+
+
+# --------------------------------------------------------------------------------------
 # Kernels against the reference
 
 

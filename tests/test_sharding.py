@@ -59,6 +59,15 @@ assert len({s.device for s in shards}) == 4
 for name in ("q", "qd", "tau", "u", "diverged_step"):
     np.testing.assert_allclose(getattr(traj8, name), getattr(ref_same, name)[:8], rtol=1e-12, atol=1e-12, err_msg=name)
 
+# the arm compiled in as constants (the default) equals the arm passed as data; an arm with
+# other values compiles anew (the cache is keyed by the values, never a stale program)
+traj8_data = jaxarm.rollout_batch(pendulum(), q0[:8], qd0[:8], U[:8], dt, method="euler", constant_arm=False)
+np.testing.assert_allclose(traj8.q, traj8_data.q, rtol=1e-12, atol=1e-12, err_msg="constant_arm=False")
+heavy = jaxarm.rollout_batch(pendulum(mass=2.6), q0, qd0, U, dt, method="euler")
+ref_heavy = vmapped(jaxarm.stack_arms([pendulum(mass=2.6)] * 10), q0, qd0, U)
+np.testing.assert_allclose(heavy.q, ref_heavy.q, rtol=1e-12, atol=1e-12, err_msg="heavier arm")
+assert not np.allclose(heavy.q, ref_same.q)
+
 # a policy (feedback controller) instead of a schedule, batch of 10 over 4 devices
 policy = jaxarm.pd_controller(20.0, 4.0, jnp.array([0.3]))
 traj_pd = jaxarm.rollout_batch(pendulum(), q0, qd0, policy, dt, steps=T, method="euler")
