@@ -1,4 +1,4 @@
-"""Batched rollouts beside MuJoCo: the rollout part of experiments/benchmark.py, plus a plot.
+"""Batched rollouts beside MuJoCo: the rollout part of benchmarks/benchmark.py, plus a plot.
 
     python experiments/batched_rollouts.py                       # Puma 560, batch 1 .. 16384, 1000 steps at 1 ms
     python experiments/batched_rollouts.py --quick               # batch 1, 64; 100 steps
@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 import benchmark  # noqa: E402
 from jaxarm.arm_files import write_atomic  # noqa: E402

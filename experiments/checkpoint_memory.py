@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 from benchmark import best_time, machine  # noqa: E402
 
 

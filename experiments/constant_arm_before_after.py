@@ -1,7 +1,7 @@
 """The arm as data vs the arm compiled in: what folding a constant arm's structure buys.
 
 jaxarm's dynamics kernels see an arm's values while tracing when the arm is closed over by the jit
-(``jax.jit(lambda q, ...: f(arm, q, ...))``): its parameters enter as ``jaxarm._kernels.Known``
+(``jax.jit(lambda q, ...: f(arm, q, ...))``): its parameters enter as ``jaxarm.dynamics.algebra.Known``
 scalars and the structural zeros and ones (DH twists of 0 and 90 degrees, centres of mass on an
 axis, principal inertias, gravity along one axis) fold away at trace time. Passed as an argument
 (``jax.jit(f)(arm, q, ...)``, as ``jax.grad`` with respect to the arm does), the same code runs
@@ -36,9 +36,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
-from jaxarm import dynamics  # noqa: E402
+from jaxarm.dynamics.forward import _forward_dynamics  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 from benchmark import benchmark_arm, rollout_inputs  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def main(argv=None):
             rng = np.random.default_rng(0)
             n = arm.n
             x = jnp.asarray(rng.uniform(-1.0, 1.0, (3, n)), dtype)
-            fn = dynamics._forward_dynamics
+            fn = _forward_dynamics
             traced = len(jax.make_jaxpr(fn)(arm, *x).jaxpr.eqns)
             constant = len(jax.make_jaxpr(lambda q, qd, t: fn(arm, q, qd, t))(*x).jaxpr.eqns)
             emit(arm=name, dtype=dname, quantity="forward_dynamics_eqns", traced=traced, constant=constant, ratio=traced / constant)

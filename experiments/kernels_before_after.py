@@ -1,9 +1,11 @@
-"""Reference (readable) vs kernel (component-wise) inverse dynamics and mass matrix, timed in one
-process in alternating rounds (median of the rounds), beside pin.rnea / pin.crba in a Python loop.
+"""Array-based (3-vectors and 3x3 matrices as arrays) vs component-wise inverse dynamics and mass
+matrix, timed in one process in alternating rounds (median of the rounds), beside pin.rnea /
+pin.crba in a Python loop.
 
-Every optimized kernel in jaxarm keeps its straightforward implementation (``_reference_rnea``,
-``_reference_composite_mass_matrix`` in jaxarm/dynamics.py); this script measures what the kernels
-buy, on the same machine at the same time, so the ratios hold even on a busy machine.
+The array versions are the test oracles of ``tests/oracles.py`` (``rnea``, ``composite_mass_matrix``),
+the same equations written the plain way; this script measures what writing them component-wise
+(:mod:`jaxarm.dynamics.algebra`) buys, on the same machine at the same time, so the ratios hold
+even on a busy machine.
 
     python experiments/kernels_before_after.py [--batches 1,4096,65536] [--dtypes float64,float32]
 
@@ -26,23 +28,26 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
-from jaxarm import drives, dynamics  # noqa: E402
-from jaxarm.arm import body_model  # noqa: E402
+from jaxarm import drives  # noqa: E402
+from jaxarm.dynamics.newton_euler import _base_acceleration  # noqa: E402
+from jaxarm.model.arm import body_model  # noqa: E402
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+import oracles  # noqa: E402
 from benchmark import pinocchio_model  # noqa: E402
 
 
 def reference_inverse_dynamics(arm, q, qd, qdd):
     bodies = body_model(arm)
-    a0 = dynamics._base_acceleration(arm, jnp.result_type(bodies.mass, q))
-    tau = dynamics._reference_rnea(arm, bodies, q, qd, qdd, a0)[0]
+    a0 = _base_acceleration(arm, jnp.result_type(bodies.mass, q))
+    tau = oracles.rnea(arm, bodies, q, qd, qdd, a0)[0]
     return tau + drives._reflected_inertia(arm) * qdd + drives._friction_torques(arm, qd)
 
 
 def reference_mass_matrix(arm, q):
     bodies = body_model(arm)
-    return dynamics._reference_composite_mass_matrix(arm, bodies, q) + jnp.diag(drives._reflected_inertia(arm))
+    return oracles.composite_mass_matrix(arm, bodies, q) + jnp.diag(drives._reflected_inertia(arm))
 
 
 def loop_rate(fn, count=2000, repeats=5):

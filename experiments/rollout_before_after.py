@@ -4,7 +4,7 @@ the 1000-step rollout, and the time of jax.grad (sum of squares of the final sta
 relative to the forward rollout at batch 1.
 
 Variants: "noynn" / "ynn" = jit with / without compiler_options={"xla_cpu_experimental_ynn_fusion_type": ""}
-("lib" = whatever jaxarm._xla.compiler_options() returns, if present);
+("lib" = whatever jaxarm.compiler_options() returns, if present);
 "+libm" = monkeypatch jnp.sin/cos back into the rollout's joint transforms (the pre-change code);
 "+rolled" = method=jaxarm.integrators.rk3_rolled; "+unrolled" = the three RK3 stages written out;
 "+unrollK" = rollout(unroll=K); "+ckpt0/1" = rollout(checkpoint=...).
@@ -18,8 +18,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp
 import numpy as np
 import jaxarm
-import jaxarm.dynamics as dyn
-import jaxarm.arm as armmod
+import jaxarm.dynamics.kinematics as dyn
+import jaxarm.model.arm as armmod
 from jaxarm import spatial
 
 p = argparse.ArgumentParser()
@@ -48,8 +48,7 @@ def options(variant):
     if "noynn" in variant:
         return NOYNN
     if variant.startswith("lib"):
-        from jaxarm import _xla
-        return _xla.compiler_options()
+        return jaxarm.compiler_options()
     return {}
 
 

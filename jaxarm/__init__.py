@@ -1,35 +1,84 @@
-"""jaxarm: differentiable, batched robot-arm dynamics in JAX."""
+"""jaxarm: differentiable, batched robot-arm dynamics in JAX.
 
-from .arm import DH, Arm, Drives, Limits, Links, Payload, Placements, body_model, make_arm, stack_arms, validate_arm
-from .drives import friction_torques, reflected_inertia
+The package is layered (``ARCHITECTURE.md``): :mod:`jaxarm.core` -> :mod:`jaxarm.model` ->
+:mod:`jaxarm.dynamics` -> :mod:`jaxarm.simulate` -> :mod:`jaxarm.identify` and
+:mod:`jaxarm.control` -> :mod:`jaxarm.cli`. Everything a user needs is importable from here.
+"""
+
+import importlib as _importlib
+import sys as _sys
+
+__version__ = "0.1.0"
+
+from .model import (
+    DH,
+    Arm,
+    ArmFileError,
+    Drives,
+    Limits,
+    LinkConsistency,
+    Links,
+    Payload,
+    PhysicalConsistencyWarning,
+    Placements,
+    UrdfError,
+    body_model,
+    bundled_arms,
+    check_link,
+    consistency_report,
+    load_arm,
+    load_urdf,
+    make_arm,
+    pseudo_inertia,
+    save_arm,
+    save_mjcf,
+    save_urdf,
+    stack_arms,
+    to_mjcf,
+    validate_arm,
+)
+from .model import parts
 from .dynamics import (
+    DAC,
     bias_forces,
     coriolis_matrix,
     forward_dynamics,
+    forward_kinematics,
+    friction_torques,
     gravity_torques,
     inverse_dynamics,
+    jacobian,
     joint_wrenches,
     kinetic_energy,
     mass_matrix,
     mass_matrix_by_columns,
+    motor_current,
+    motor_torque,
+    motor_voltage,
     potential_energy,
+    reflected_inertia,
     rigid_body_torques,
+    saturate_voltage,
+    tool_pose,
 )
-from .kinematics import forward_kinematics, jacobian, tool_pose
-
-__version__ = "0.1.0"
-from .batch import rollout_batch
-from .controllers import computed_torque_controller, pd_controller
-from .integrators import euler, rk3, rk4, semi_implicit_euler
-from .motors import DAC, motor_current, motor_torque, motor_voltage, saturate_voltage
-from .simulate import DivergenceError, Trajectory, check_divergence, rollout
-from .consistency import LinkConsistency, check_link, consistency_report, pseudo_inertia
-from . import parts
-from .arm_files import ArmFileError, PhysicalConsistencyWarning, bundled_arms, load_arm, save_arm
-from .mjcf import save_mjcf, to_mjcf
-from .urdf import UrdfError, load_urdf, save_urdf
-from .logs import Log, LogError, load_log, preprocess_log, save_log
-from .identification import (
+from .simulate import (
+    DivergenceError,
+    Trajectory,
+    check_divergence,
+    computed_torque_controller,
+    euler,
+    explicit_rk,
+    pd_controller,
+    rk3,
+    rk3_rolled,
+    rk4,
+    rk4_rolled,
+    rollout,
+    rollout_batch,
+    semi_implicit_euler,
+)
+from .identify.logs import Log, LogError, load_log, preprocess_log, save_log
+from .identify import (
     BaseParameters,
     IdentificationError,
     LeastSquaresResult,
@@ -47,7 +96,7 @@ from .identification import (
     structural_base_parameters,
     torque_rmse,
 )
-from .consistent_identification import (
+from .identify.consistent import (
     ComBox,
     ComSphere,
     ConsistentFit,
@@ -57,8 +106,8 @@ from .consistent_identification import (
     log_cholesky_to_pseudo_inertia,
     parameters_to_log_cholesky,
 )
-from .excitation import ExcitationDesign, FourierTrajectory, design_excitation, fourier_trajectory, voltage_tracking_policy
-from .motor_identification import (
+from .identify.excitation import ExcitationDesign, FourierTrajectory, design_excitation, fourier_trajectory, voltage_tracking_policy
+from .identify.motors import (
     MotorIdentification,
     MotorIdentificationError,
     add_sensor_noise,
@@ -67,7 +116,7 @@ from .motor_identification import (
     preprocess_motor_log,
     simulated_motor_log,
 )
-from .linearize import (
+from .control.linearize import (
     LinearModel,
     SecondOrderForm,
     discrete_dynamics,
@@ -78,8 +127,48 @@ from .linearize import (
     state_derivative,
     state_space_from_second_order,
 )
-from .lqr import TVLQR, tvlqr, tvlqr_controller, tvlqr_tracking
-from . import resolved_rate  # the module: jaxarm.resolved_rate.resolved_rate(...), .resolved_rate_motion(...)
-from . import trajopt  # jaxarm.trajopt.shooting / multiple_shooting / ilqr / reach_problem
-from .integrators import explicit_rk, rk3_rolled, rk4_rolled
-from ._xla import compiler_options, jit  # jax.jit with jaxarm's CPU compiler options (see jaxarm/_xla.py)
+from .control.lqr import TVLQR, tvlqr, tvlqr_controller, tvlqr_tracking
+from .control import resolved_rate  # the module: jaxarm.resolved_rate.resolved_rate(...), .resolved_rate_motion(...)
+from .control import trajopt  # jaxarm.trajopt.shooting / multiple_shooting / ilqr / reach_problem
+from .core.xla import compiler_options, jit  # jax.jit with jaxarm's CPU compiler options (see jaxarm/core/xla.py)
+
+# Module paths of the flat layout before the layers (``jaxarm.arm_files``, ``jaxarm.identification``,
+# ...) name the same modules as before: each is an alias of its module in the layered tree.
+_ALIASES = {
+    "arm": "model.arm",
+    "arm_files": "model.arm_files",
+    "checks": "model.checks",
+    "consistency": "model.consistency",
+    "mjcf": "model.mjcf",
+    "parts": "model.parts",
+    "urdf": "model.urdf",
+    "spatial": "core.spatial",
+    "drives": "dynamics.drives",
+    "kinematics": "dynamics.kinematics",
+    "linalg": "dynamics.linalg",
+    "motors": "dynamics.motors",
+    "adjoint": "simulate.adjoint",
+    "batch": "simulate.batch",
+    "controllers": "simulate.controllers",
+    "integrators": "simulate.integrators",
+    "identification": "identify",
+    "consistent_identification": "identify.consistent",
+    "excitation": "identify.excitation",
+    "logs": "identify.logs",
+    "motor_identification": "identify.motors",
+    "linearize": "control.linearize",
+    "lqr": "control.lqr",
+    "resolved_rate": "control.resolved_rate",
+    "trajopt": "control.trajopt",
+    "plotting": "cli.plotting",
+}
+
+
+def _alias(old: str, new: str) -> None:
+    module = _importlib.import_module(f"{__name__}.{new}")
+    _sys.modules[f"{__name__}.{old}"] = module
+    globals()[old] = module
+
+
+for _old, _new in _ALIASES.items():
+    _alias(_old, _new)

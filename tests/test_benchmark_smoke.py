@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark suite, experiments/benchmark.py (issue 6). No timing is asserted.
+"""Smoke test of the benchmark suite, benchmarks/benchmark.py. No timing is asserted.
 
 One ``--quick --dtypes float64`` run in a subprocess (about 40 s on 2 idle cores, mostly compile
 time): it must finish, print parseable JSON lines with the documented keys, write its ``--record``
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "experiments" / "benchmark.py"
+SCRIPT = ROOT / "benchmarks" / "benchmark.py"
 KEYS = {"arm", "dtype", "quantity", "implementation", "batch", "value", "unit"}
 UNITS = {
     "inverse_dynamics": "states/s",
@@ -106,7 +106,7 @@ def test_quick_records_compares_and_reports_targets(quick):
     assert "--quick" in record["command"]
     comparison = [x for x in lines if "comparison" in x]
     assert len(comparison) == 1
-    if (ROOT / "experiments" / "benchmark_baseline.json").exists():
+    if (ROOT / "benchmarks" / "baseline.json").exists():
         assert comparison[0]["matched"] > 0
         compared = [x for x in lines if "compare" in x]
         assert len(compared) == comparison[0]["matched"]

@@ -1,5 +1,5 @@
-"""The fast component-wise kernels (jaxarm._kernels) against the readable reference
-implementations kept in jaxarm.dynamics (_reference_rnea, _reference_composite_mass_matrix),
+"""The component-wise recursions (jaxarm.dynamics, in the algebra of jaxarm.dynamics.algebra)
+against the independent array oracles of tests/oracles.py (rnea, composite_mass_matrix),
 and the polynomial sine/cosine against NumPy.
 
 Random arms of every convention (standard / modified DH, placements), revolute and prismatic
@@ -16,8 +16,13 @@ import pytest
 
 import jaxarm
 from helpers import assert_close, random_arm, random_state, random_wrench
-from jaxarm import _kernels, drives, dynamics, linalg
-from jaxarm.arm import body_model
+import oracles
+from jaxarm import drives, linalg
+from jaxarm.dynamics import algebra as _kernels
+from jaxarm.dynamics.composite_body import _composite_mass_matrix
+from jaxarm.dynamics.forward import _forward_dynamics
+from jaxarm.dynamics.newton_euler import _base_acceleration, _rnea
+from jaxarm.model.arm import body_model
 
 CASES = [(c, t) for c in ("standard", "modified", "placement") for t in ("RRPR", "PRPR")]
 IDS = [f"{c}-{t}" for c, t in CASES]
@@ -33,10 +38,10 @@ def _reference(arm, q, qd, qdd, f_ext=None):
     """tau, wrenches, M and forward dynamics from the reference functions only."""
     bodies = body_model(arm)
     dtype = jnp.result_type(bodies.mass, q)
-    a0 = dynamics._base_acceleration(arm, dtype)
-    tau, wrenches = dynamics._reference_rnea(arm, bodies, q, qd, qdd, a0, f_ext)
-    M = dynamics._reference_composite_mass_matrix(arm, bodies, q) + jnp.diag(drives._reflected_inertia(arm))
-    bias = dynamics._reference_rnea(arm, bodies, q, qd, jnp.zeros_like(qd), a0, f_ext)[0]
+    a0 = _base_acceleration(arm, dtype)
+    tau, wrenches = oracles.rnea(arm, bodies, q, qd, qdd, a0, f_ext)
+    M = oracles.composite_mass_matrix(arm, bodies, q) + jnp.diag(drives._reflected_inertia(arm))
+    bias = oracles.rnea(arm, bodies, q, qd, jnp.zeros_like(qd), a0, f_ext)[0]
     return tau, wrenches, M, bias
 
 
@@ -156,8 +161,8 @@ def test_constant_arm_equals_traced_arm(name):
         assert out32.dtype == jnp.float32, what
         assert_close(out32, traced(arm, q, qd, x), 3e-4 if what == "forward_dynamics" else 3e-5, f"{name} {what} float32")
     eqns = lambda j: len(j.jaxpr.eqns)  # noqa: E731
-    folded = eqns(jax.make_jaxpr(lambda q, qd, x: dynamics._forward_dynamics(arm, q, qd, x))(q, qd, x))
-    full = eqns(jax.make_jaxpr(lambda a, q, qd, x: dynamics._forward_dynamics(a, q, qd, x))(arm, q, qd, x))
+    folded = eqns(jax.make_jaxpr(lambda q, qd, x: _forward_dynamics(arm, q, qd, x))(q, qd, x))
+    full = eqns(jax.make_jaxpr(lambda a, q, qd, x: _forward_dynamics(a, q, qd, x))(arm, q, qd, x))
     assert folded < 0.8 * full, (folded, full)
 
 
@@ -228,13 +233,13 @@ def test_kernel_derivatives_match_reference(case):
     arm = _arm(case, joints=3)
     q, qd, qdd = random_state(6, arm.n)
     bodies = body_model(arm)
-    a0 = dynamics._base_acceleration(arm, jnp.float64)
+    a0 = _base_acceleration(arm, jnp.float64)
 
     def kernel(x):
-        return dynamics._rnea(arm, bodies, x, qd, qdd, a0)[0]
+        return _rnea(arm, bodies, x, qd, qdd, a0)[0]
 
     def reference(x):
-        return dynamics._reference_rnea(arm, bodies, x, qd, qdd, a0)[0]
+        return oracles.rnea(arm, bodies, x, qd, qdd, a0)[0]
 
     assert_close(jax.jacfwd(kernel)(q), jax.jacfwd(reference)(q), 1e-11, "d tau / d q")
     hk = jax.hessian(lambda x: kernel(x)[0])(q)
@@ -246,12 +251,12 @@ def test_kernel_derivatives_match_reference(case):
         a = arm.replace(links=links)
         return fn(a, body_model(a), q)
 
-    gk = jax.jacfwd(lambda m: M_of(m, dynamics._composite_mass_matrix))(arm.links.mass)
-    gr = jax.jacfwd(lambda m: M_of(m, dynamics._reference_composite_mass_matrix))(arm.links.mass)
+    gk = jax.jacfwd(lambda m: M_of(m, _composite_mass_matrix))(arm.links.mass)
+    gr = jax.jacfwd(lambda m: M_of(m, oracles.composite_mass_matrix))(arm.links.mass)
     assert_close(gk, gr, 1e-11, "d M / d mass")
     g_fd = jax.grad(lambda x: jnp.sum(jaxarm.forward_dynamics(arm, x, qd, qdd) ** 2))(q)
-    M_ref = lambda x: dynamics._reference_composite_mass_matrix(arm, body_model(arm), x) + jnp.diag(drives._reflected_inertia(arm))  # noqa: E731
-    bias_ref = lambda x: dynamics._reference_rnea(arm, bodies, x, qd, jnp.zeros_like(qd), a0)[0]  # noqa: E731
+    M_ref = lambda x: oracles.composite_mass_matrix(arm, body_model(arm), x) + jnp.diag(drives._reflected_inertia(arm))  # noqa: E731
+    bias_ref = lambda x: oracles.rnea(arm, bodies, x, qd, jnp.zeros_like(qd), a0)[0]  # noqa: E731
     g_ref = jax.grad(lambda x: jnp.sum(linalg.cholesky_solve(M_ref(x), qdd - bias_ref(x) - drives._friction_torques(arm, qd)) ** 2))(q)
     assert_close(g_fd, g_ref, 1e-10, "grad of forward dynamics")
 
@@ -264,8 +269,8 @@ def test_forward_dynamics_kernel_matches_reference_with_derivatives(case):
     arm = _arm(case)
     q, qd, tau = random_state(21, arm.n)
     f_ext = random_wrench(21)
-    fast = lambda a, x, v, t: dynamics._forward_dynamics(a, x, v, t, f_ext)  # noqa: E731
-    ref = lambda a, x, v, t: dynamics._reference_forward_dynamics(a, x, v, t, f_ext)  # noqa: E731
+    fast = lambda a, x, v, t: _forward_dynamics(a, x, v, t, f_ext)  # noqa: E731
+    ref = lambda a, x, v, t: oracles.forward_dynamics(a, x, v, t, f_ext)  # noqa: E731
     assert_close(fast(arm, q, qd, tau), ref(arm, q, qd, tau), 1e-12, "forward dynamics")
     for argnum in (1, 2, 3):
         assert_close(jax.jacfwd(fast, argnum)(arm, q, qd, tau), jax.jacfwd(ref, argnum)(arm, q, qd, tau), 1e-10, f"d/d arg {argnum}")

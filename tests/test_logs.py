@@ -12,6 +12,7 @@ import pytest
 
 import jaxarm
 from jaxarm import identification as ident
+from jaxarm.identify import linear_model
 from jaxarm.logs import Log, LogError, default_trim, load_log, preprocess_log, save_log
 
 PANDA = Path(__file__).resolve().parents[2] / "shared/data/panda"
@@ -287,7 +288,7 @@ def test_panda_log_load_preprocess_and_identify():
     np.testing.assert_allclose(rms, [2.40, 19.8, 10.7, 15.2, 0.99, 1.07, 0.28], rtol=0.02)  # 2-3 digits given
     result = ident.identify_linear(arm, fit_part)
     assert result.rank == result.base.rank == 69 and np.all(np.isfinite(result.beta_std))
-    Y, known = ident._linear_model(arm, held_out.q, held_out.dq, held_out.ddq, True, "test")
+    Y, known = linear_model._linear_model(arm, held_out.q, held_out.dq, held_out.ddq, True, "test")
     predicted = np.einsum("knp,p->kn", np.asarray(Y), result.parameters) + np.asarray(known)
     rmse = ident.torque_rmse(held_out.tau, predicted)
     print(json.dumps({"panda_linear_ols": {"fit_rmse": np.round(result.rmse, 4).tolist(), "held_out_rmse": np.round(rmse, 4).tolist(),

@@ -26,7 +26,7 @@ import pytest
 
 import jaxarm
 from jaxarm import trajopt
-from jaxarm._xla import compiler_options
+from jaxarm.core.xla import compiler_options
 
 from helpers import assert_close
 

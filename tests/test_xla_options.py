@@ -1,4 +1,4 @@
-"""XLA compiler options (jaxarm._xla) and the inputs a rollout records (Trajectory.u)."""
+"""XLA compiler options (jaxarm.core.xla) and the inputs a rollout records (Trajectory.u)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxarm
-from jaxarm import _xla
+from jaxarm.core import xla as _xla
 from tests.helpers_sim import BLOCK, roll, sim_arm, with_drives
 
 

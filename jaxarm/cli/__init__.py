@@ -1,0 +1,244 @@
+"""The ``jaxarm`` command: Swartz's ``sim`` program on top of the library.
+
+    jaxarm info ARM                                     DH table, inertias, drives, limits, consistency
+    jaxarm inverse ARM --q .. [--qd ..] [--qdd ..]      joint torques (Newton-Euler + drive terms)
+    jaxarm forward ARM --q .. [--qd ..] (--tau .. | --voltage ..)   joint accelerations
+    jaxarm simulate ARM [input] --duration T --dt DT --out run.npz [--csv ..] [--plot ..]
+    jaxarm plot run.npz [--out run.png]
+    jaxarm identify LOG --arm ARM --out identified.toml [--report r.json] [--plot fit.png] ...
+
+ARM is a bundled arm name (``puma560``; see :func:`jaxarm.arm_files.bundled_arms`) or a path to
+an arm file. Vectors are comma- or space-separated numbers, one per joint (``--q 0,0.8,-0.8,0,0.5,0``
+or ``--q 0 0.8 -0.8 0 0.5 0``). Everything runs in float64.
+
+``simulate`` without an input option applies zero joint torque: the arm moves under gravity
+(and drive friction) alone. ``--controller pd`` is PD plus gravity compensation from the arm's own
+model; its default gains are kp = (10 rad/s)^2 M_ii(q0), kd = 2 (10 rad/s) M_ii(q0), i.e. about
+critically damped at 10 rad/s per joint. Long runs are simulated in up to 20 chunks of one
+compiled length (the state carried over) so a progress bar can be drawn on a terminal's stderr.
+
+Run as a program, the command keeps compiled XLA code in a persistent cache (see
+``_enable_compilation_cache``): the first run of a kind of simulation pays the compile time,
+later ones start in seconds.
+
+Exit codes: 0 success; 2 bad usage or input (unknown arm, malformed schedule, non-positive time
+step, ...); 1 the simulation failed (diverged) or an output could not be written. Every error is
+one line on stderr, ``jaxarm: error: ...``, and leaves no output file behind: outputs are written
+to temporary files in their target directories and renamed only once all of them are complete.
+Set JAXARM_DEBUG=1 to get the Python traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+
+from .common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    PD_BANDWIDTH,
+    CommandError,
+    _one_line,
+    _Parser,
+    _protect_negative_numbers,
+)
+from .dynamics import _cmd_forward, _cmd_inverse
+from .export import _cmd_export
+from .identify import IDENTIFY_METHODS, _cmd_identify
+from .info import _cmd_info
+from .plot import _cmd_plot
+from .simulate import _cmd_simulate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+    from ..simulate.integrators import METHODS
+
+    parser = _Parser(prog="jaxarm", description="Differentiable robot-arm dynamics in JAX: inspect arms, "
+                     "compute inverse/forward dynamics, simulate.",
+                     epilog="ARM is a bundled arm name (e.g. puma560) or a path to an arm .toml file.")
+    parser.add_argument("--version", action="version", version=f"jaxarm {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def arm_command(name, help_text, **kw):
+        p = sub.add_parser(name, help=help_text, description=help_text, **kw)
+        p.add_argument("arm", metavar="ARM", help="bundled arm name (puma560, ...) or path to an arm .toml file")
+        return p
+
+    def strict(p):
+        p.add_argument("--strict", action="store_true", help="refuse an arm with physically inconsistent links")
+
+    p = arm_command("info", "print an arm's DH table, inertias, drives, limits and physical-consistency report")
+    p.set_defaults(func=_cmd_info)
+
+    vec = dict(nargs="+", metavar="X")
+    p = arm_command("inverse", "joint torques that produce qdd at (q, qd)")
+    p.add_argument("--q", required=True, help="joint positions (rad or m), comma- or space-separated", **vec)
+    p.add_argument("--qd", help="joint velocities (default zeros)", **vec)
+    p.add_argument("--qdd", help="joint accelerations (default zeros)", **vec)
+    strict(p)
+    p.set_defaults(func=_cmd_inverse)
+
+    p = arm_command("forward", "joint accelerations from joint torques or motor voltages at (q, qd)")
+    p.add_argument("--q", required=True, help="joint positions (rad or m)", **vec)
+    p.add_argument("--qd", help="joint velocities (default zeros)", **vec)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--tau", help="joint torques (N m or N)", **vec)
+    g.add_argument("--voltage", help="motor voltages (V), through the motor model (needs Kt and R)", **vec)
+    strict(p)
+    p.set_defaults(func=_cmd_forward)
+
+    p = arm_command(
+        "simulate", "simulate the arm and save the trajectory",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "input (at most one; default: zero joint torque, i.e. the arm falls under gravity):\n"
+            "  --torque-schedule FILE   CSV with header t,tau1,..,taun\n"
+            "  --voltage-schedule FILE  CSV with header t,V1,..,Vn (arm needs motor constants)\n"
+            "  --controller pd --target q1,..,qn [--kp ..] [--kd ..]\n"
+            "A schedule row applies from its time t_k until the next row's (zero-order hold); the last\n"
+            "row holds to the end; the first row must have t <= 0. PD gains default to a critically\n"
+            f"damped {PD_BANDWIDTH:g} rad/s per joint: kp = {PD_BANDWIDTH**2:g} M_ii(q0), kd = {2 * PD_BANDWIDTH:g} M_ii(q0);\n"
+            "gravity is compensated with the arm's own model unless --no-gravity-compensation.\n"
+            "Vectors (--q0, --target, --kp, ...) are comma- or space-separated numbers.\n"
+            "The run has ceil(duration / dt) steps. Results (.npz): t (T+1,), q, qd ([B,] T+1, n),\n"
+            "qdd, tau, u ([B,] T, n), arm, dt, method, q0, qd0 (and target, kp, kd for pd)."
+        ),
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--torque-schedule", metavar="FILE", help="joint torques over time (CSV t,tau1..taun)")
+    g.add_argument("--voltage-schedule", metavar="FILE", help="motor voltages over time (CSV t,V1..Vn)")
+    g.add_argument("--controller", choices=["pd"], help="feedback controller")
+    p.add_argument("--target", help="PD target joint positions", **vec)
+    p.add_argument("--kp", help="PD position gains: one value or one per joint", **vec)
+    p.add_argument("--kd", help="PD velocity gains: one value or one per joint", **vec)
+    p.add_argument("--no-gravity-compensation", action="store_true", help="plain PD, no g(q) feed-forward")
+    p.add_argument("--duration", required=True, metavar="T", help="simulated time (s)")
+    p.add_argument("--dt", required=True, metavar="DT", help="time step (s)")
+    p.add_argument("--method", default="rk3", choices=sorted(METHODS), help="integrator (default rk3)")
+    p.add_argument("--q0", help="initial joint positions (default zeros)", **vec)
+    p.add_argument("--qd0", help="initial joint velocities (default zeros)", **vec)
+    p.add_argument("--batch", type=int, metavar="N", help="run N rollouts (vmapped, sharded over devices)")
+    p.add_argument("--perturb", metavar="SIGMA", help="std. dev. of Gaussian noise on the batch's initial q (rad)")
+    p.add_argument("--seed", type=int, metavar="S", help="random seed for --perturb (default 0)")
+    p.add_argument("--bound", default="1e6", metavar="B", help="|q| or |qd| beyond this counts as divergence (default 1e6)")
+    p.add_argument("--out", required=True, metavar="FILE.npz", help="results file")
+    p.add_argument("--csv", metavar="FILE.csv", help="also write t, q, qd, tau as CSV")
+    p.add_argument("--plot", metavar="FILE.png", help="also plot q, qd, tau against time (needs matplotlib)")
+    strict(p)
+    p.set_defaults(func=_cmd_simulate)
+
+    p = arm_command("export", "write the arm as URDF and/or MuJoCo MJCF (for viewers and other simulators)")
+    p.add_argument("--urdf", metavar="FILE.urdf", help="URDF output (rotor inertia has no URDF field and is dropped)")
+    p.add_argument("--mjcf", metavar="FILE.xml", help="MuJoCo MJCF output")
+    p.add_argument("--timestep", default="0.001", metavar="DT", help="MJCF option timestep (default 0.001)")
+    strict(p)
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser(
+        "identify", help="fit an arm's inertial, drive and friction parameters to a torque log",
+        description="fit an arm's inertial, drive and friction parameters to a logged experiment (t, q*, "
+        "dq*, tau* columns; CSV or NPZ) and write the identified arm file",
+        epilog="--method consistent (default): every link physically consistent by construction (log-Cholesky "
+        "pseudo-inertia, optax L-BFGS), regularized towards ARM's values; --method linear: least squares on the "
+        "base parameters (may be inconsistent). The log must excite every base parameter: a rank-deficient or "
+        "too short log is refused. Real logs need --cutoff (e.g. --rate 1000 --cutoff 10 for the Panda).",
+    )
+    p.add_argument("log", metavar="LOG", help="log file (.csv or .npz) with t, q1..qn, optional dq1..dqn, tau1..taun")
+    p.add_argument("--arm", required=True, metavar="ARM", help="the arm to identify (bundled name or .toml): kinematics, and the prior / start")
+    p.add_argument("--out", required=True, metavar="FILE.toml", help="identified arm file")
+    p.add_argument("--report", metavar="FILE.json", help="JSON report: RMSE per joint, condition number, standard deviations, consistency")
+    p.add_argument("--plot", metavar="FILE.png", help="measured vs predicted torques (held-out part if any)")
+    p.add_argument("--method", choices=IDENTIFY_METHODS, default="consistent", help="default consistent")
+    p.add_argument("--fit-until", metavar="T", help="fit on t < T, report held-out RMSE on t >= T (default: fit on all)")
+    p.add_argument("--friction", choices=["viscous-coulomb", "sigmoid"], default="viscous-coulomb",
+                   help="friction model to fit (consistent method; default viscous-coulomb)")
+    p.add_argument("--rate", metavar="HZ", help="resample to this uniform rate (default: the log's median rate)")
+    p.add_argument("--cutoff", metavar="HZ", help="zero-phase Butterworth low-pass of q, dq, tau before differentiating (default none)")
+    p.add_argument("--steps", metavar="N", help="L-BFGS iterations of the consistent fit (default 500)")
+    p.add_argument("--regularization", default="1e-3", metavar="W", help="weight of the pull towards ARM's values (default 1e-3)")
+    p.set_defaults(func=_cmd_identify)
+
+    p = sub.add_parser("plot", help="plot a saved run", description="plot a saved run (jaxarm simulate --out)")
+    p.add_argument("results", metavar="RESULTS.npz")
+    p.add_argument("--out", metavar="FILE.png", help="image file (default: RESULTS with .png)")
+    p.set_defaults(func=_cmd_plot)
+    return parser
+
+
+def _enable_compilation_cache() -> None:
+    """Keep compiled XLA programs in a persistent cache, so only the first run of a command pays
+    the compile time. Location: $JAXARM_CACHE_DIR, else $XDG_CACHE_HOME/jaxarm/xla, else
+    ~/.cache/jaxarm/xla; JAXARM_CACHE_DIR=off disables it. A cache already configured for JAX
+    (JAX_COMPILATION_CACHE_DIR) is left alone."""
+    import jax
+
+    setting = os.environ.get("JAXARM_CACHE_DIR")
+    if setting is not None and setting.strip().lower() in ("", "0", "off", "no", "false", "none"):
+        return
+    if jax.config.jax_compilation_cache_dir:
+        return
+    if setting is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        setting = os.path.join(base, "jaxarm", "xla")
+    try:
+        os.makedirs(setting, exist_ok=True)
+    except OSError:
+        return  # no writable cache: compile every time
+    jax.config.update("jax_compilation_cache_dir", setting)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def main(argv=None) -> int:
+    """Run the ``jaxarm`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    Called without argv (as the ``jaxarm`` program), it also enables the persistent compilation
+    cache (see _enable_compilation_cache); in-process calls with an explicit argv leave JAX's
+    configuration alone apart from float64.
+    """
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    if argv is None:
+        _enable_compilation_cache()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = bool(os.environ.get("JAXARM_DEBUG"))
+    try:
+        parser = build_parser()
+        args = parser.parse_args(_protect_negative_numbers(argv))
+        if getattr(args, "func", None) is None:
+            raise CommandError("expected a command: info, inverse, forward, simulate, export, plot or identify (see 'jaxarm --help')")
+        code = args.func(args)
+        note = getattr(args, "_note", None)
+        if note:
+            print(f"jaxarm: warning: {note}", file=sys.stderr)
+        return code
+    except SystemExit as exc:  # --help, --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except CommandError as exc:
+        if debug:
+            raise
+        print(f"jaxarm: error: {_one_line(exc)}", file=sys.stderr)
+        return exc.code
+    except ValueError as exc:  # a library check on user input that the CLI did not anticipate
+        if debug:
+            raise
+        print(f"jaxarm: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("jaxarm: error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `jaxarm info puma560 | head`: stop quietly
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Drive (gearbox + motor) terms as seen at the joint: reflected rotor inertia and friction."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ..model import checks
+from ..model.arm import Arm
+
+
+def reflected_inertia(arm: Arm):
+    """Rotor inertia seen at each joint, G^2 Jm (n,)."""
+    checks.check_arm(arm, "reflected_inertia")
+    return _reflected_inertia(arm)
+
+
+def _reflected_inertia(arm: Arm):
+    G = jnp.asarray(arm.drives.gear_ratio)
+    return G * G * jnp.asarray(arm.drives.rotor_inertia)
+
+
+def _direction(qd, scale):
+    """sign(qd), or tanh(qd / scale) where a smoothing velocity scale is set (> 0)."""
+    safe = jnp.where(scale > 0, scale, 1.0)
+    return jnp.where(scale > 0, jnp.tanh(qd / safe), jnp.sign(qd))
+
+
+def friction_torques(arm: Arm, qd):
+    """Joint torque (n,) needed to overcome drive friction at joint velocity qd.
+
+    Sum of the models whose parameters a joint sets (all zero by default):
+    - viscous: B G^2 qd (B motor side; Craig 6.110);
+    - Coulomb: |G| Tc+ for qd > 0, |G| Tc- for qd < 0, zero at rest (Craig 6.111), with the sign
+      smoothed to tanh(qd / s) when ``coulomb_velocity_scale`` s > 0;
+    - Stribeck: |G| (Ts - |Tc|) exp(-(qd / vs)^2) in the direction of motion, where the static
+      friction Ts (motor side) is set (Craig 6.113's static-friction peak);
+    - sigmoid (Gaz et al. 2019, the Panda model): phi1 / (1 + exp(-phi2 (qd + phi3)))
+      - phi1 / (1 + exp(-phi2 phi3)), joint side.
+    """
+    checks.check_arm(arm, "friction_torques")
+    qd = checks.joint_vector(qd, arm, "qd", "friction_torques")
+    return _friction_torques(arm, qd)
+
+
+def _friction_torques(arm: Arm, qd):
+    dr = arm.drives
+    G = jnp.asarray(dr.gear_ratio)
+    absG = jnp.abs(G)
+    s = _direction(qd, jnp.asarray(dr.coulomb_velocity_scale))
+    tc = jnp.asarray(dr.coulomb_friction)
+    forward = qd >= 0  # which Coulomb level applies; s carries the (smoothed) direction
+    viscous = jnp.asarray(dr.viscous_friction) * G * G * qd
+    coulomb = absG * jnp.where(forward, tc[:, 0], -tc[:, 1]) * s
+    Ts = jnp.asarray(dr.static_friction)
+    vs = jnp.asarray(dr.stribeck_velocity)
+    vs_safe = jnp.where(vs > 0, vs, 1.0)
+    tc_mag = jnp.where(forward, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
+    stribeck = jnp.where(Ts > 0, absG * (Ts - tc_mag) * jnp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
+    phi = jnp.asarray(dr.sigmoid_friction)
+    p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]
+    sigmoid = p1 * (jnp.reciprocal(1.0 + jnp.exp(-p2 * (qd + p3))) - jnp.reciprocal(1.0 + jnp.exp(-p2 * p3)))
+    return viscous + coulomb + stribeck + sigmoid

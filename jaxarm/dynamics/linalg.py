@@ -1,0 +1,54 @@
+"""Small dense linear algebra unrolled over the static joint count.
+
+For the n <= ~10 matrices of an arm, LAPACK calls (one custom call per matrix, and per reverse-mode
+step) cost far more than the arithmetic. Written with scalar operations, the factorization fuses
+with the rest of the dynamics under ``vmap`` and differentiates like any other expression.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from . import algebra
+
+
+def cholesky_solve(M, b):
+    """Solve M x = b for a symmetric positive definite M (n, n) by an unrolled Cholesky
+    factorization M = L L^T (Golub & Van Loan alg. 4.2.1) and two triangular substitutions."""
+    n = M.shape[-1]
+    rows = [[M[i, j] for j in range(n)] for i in range(n)]
+    return jnp.stack(cholesky_solve_scalars(rows, [b[i] for i in range(n)]))
+
+
+def cholesky_solve_scalars(M, b):
+    """:func:`cholesky_solve` on scalars: M a list of n rows of n scalars (only the lower
+    triangle is read), b a list of n scalars; returns x as a list of n scalars. With every entry a
+    separate scalar the factorization fuses with the component-wise dynamics kernels."""
+    n = len(b)
+    L = [[None] * n for _ in range(n)]
+    inv_diag = [None] * n
+    for j in range(n):
+        s = M[j][j]
+        for k in range(j):
+            s = s - L[j][k] * L[j][k]
+        d = algebra.sqrt(s)
+        L[j][j] = d
+        inv_diag[j] = 1.0 / d
+        for i in range(j + 1, n):
+            s = M[i][j]
+            for k in range(j):
+                s = s - L[i][k] * L[j][k]
+            L[i][j] = s * inv_diag[j]
+    y = [None] * n
+    for i in range(n):  # L y = b
+        s = b[i]
+        for k in range(i):
+            s = s - L[i][k] * y[k]
+        y[i] = s * inv_diag[i]
+    x = [None] * n
+    for i in reversed(range(n)):  # L^T x = y
+        s = y[i]
+        for k in range(i + 1, n):
+            s = s - L[k][i] * x[k]
+        x[i] = s * inv_diag[i]
+    return x

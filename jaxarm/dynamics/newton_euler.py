@@ -1,0 +1,201 @@
+"""Recursive Newton-Euler for serial arms: inverse dynamics, joint wrenches, bias and gravity
+torques.
+
+Every function takes a single state (q, qd, ... of shape (n,)); batch with ``jax.vmap``.
+The loops run over the static joint count and unroll at trace time.
+
+Frames: each body's frame has z on its joint axis (see :func:`jaxarm.model.arm.body_model`);
+velocities, accelerations and wrenches are expressed in the body's own frame, about its
+origin, as in Swartz's Inverse Arm and Craig 6.45-6.53. The recursion is written in the
+component algebra of :mod:`jaxarm.dynamics.algebra` (every vector component a scalar).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..core import spatial
+from ..model import checks
+from ..model.arm import Arm, Bodies
+from . import drives
+from .algebra import (
+    ZERO,
+    _sym,
+    _vec,
+    add,
+    cross,
+    matrix,
+    mtv,
+    mv,
+    scalar,
+    scale,
+    sym_mv,
+    vector,
+)
+from .kinematics import _bodies, joint_frames
+
+
+def _base_acceleration(arm: Arm, dtype):
+    """Gravity enters as an upward base acceleration (Swartz eq. 3 with vdot_0 = -g), in frame 0.
+    A numpy array when base and gravity are concrete (the kernels then fold its zeros)."""
+    xp = np if checks.concrete((arm.base, arm.gravity)) else jnp
+    R0 = xp.asarray(arm.base, dtype=dtype)[:3, :3]
+    return -(R0.T @ xp.asarray(arm.gravity, dtype=dtype))
+
+
+def _tip_wrench(bodies: Bodies, f_ext):
+    """External wrench (force, moment) on the tool, in tool frame -> wrench on the last body about its origin."""
+    F = spatial.mv(bodies.tip_rotation, f_ext[:3])
+    N = spatial.mv(bodies.tip_rotation, f_ext[3:]) + spatial.cross(bodies.tip_translation, F)
+    return F, N
+
+
+def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
+    """Recursive Newton-Euler in components (Craig 6.45-6.53, Swartz eqs 1-10).
+
+    qdd may be None (acceleration zero: the bias forces). a0: base acceleration (3-tuple).
+    f_tip: (F, N), the wrench the tool applies to the environment on the last body, about its
+    origin, or None. Returns (taus, forces, moments): lists of n scalars / 3-tuples.
+    """
+    n = len(is_revolute)
+    w = wd = None  # the base does not rotate
+    a = a0
+    body_f, body_n = [], []
+    for i, rev in enumerate(is_revolute):
+        R, p = frames[i]
+        # Origin acceleration of body i in body i-1, rotated into body i (Craig 6.47).
+        u = a if w is None else add(a, cross(wd, p), cross(w, cross(w, p)))
+        a = mtv(R, u)
+        w_rot = None if w is None else mtv(R, w)
+        wd_rot = None if wd is None else mtv(R, wd)
+        zero = ZERO
+        if rev:
+            # Craig 6.45: w = R^T w + qd z;  6.46: wd = R^T wd + (R^T w) x qd z + qdd z
+            w = (zero, zero, qd[i]) if w_rot is None else (w_rot[0], w_rot[1], w_rot[2] + qd[i])
+            wdz = ZERO if qdd is None else qdd[i]
+            if wd_rot is None:
+                wd = (zero, zero, wdz)
+            else:
+                wd = (wd_rot[0] + w_rot[1] * qd[i], wd_rot[1] - w_rot[0] * qd[i], wd_rot[2] + wdz)
+        else:
+            w, wd = w_rot, wd_rot  # Craig 6.33-6.34
+            # Craig 6.35: a += 2 w x (qd z) + qdd z
+            if w is not None:
+                a = (a[0] + 2.0 * w[1] * qd[i], a[1] - 2.0 * w[0] * qd[i], a[2])
+            if qdd is not None:
+                a = (a[0], a[1], a[2] + qdd[i])
+        m, h, I = scalar(bodies.mass[i]), _vec(bodies.first_moment[i]), _sym(bodies.inertia_origin[i])
+        if w is None:  # a prismatic first joint: the body translates only
+            f = scale(m, a)
+            nm = cross(h, a)
+        else:
+            # Newton: m a + wd x h + w x (w x h); Euler about the origin: I wd + w x I w + h x a
+            f = add(scale(m, a), cross(wd, h), cross(w, cross(w, h)))
+            nm = add(sym_mv(I, wd), cross(w, sym_mv(I, w)), cross(h, a))
+        body_f.append(f)
+        body_n.append(nm)
+
+    taus, forces, moments = [None] * n, [None] * n, [None] * n
+    f_child = n_child = None
+    if f_tip is not None:
+        f_child, n_child = f_tip
+    for i in reversed(range(n)):
+        if f_child is None:
+            f_tot, n_tot = body_f[i], body_n[i]
+        elif i == n - 1:  # the tip wrench is already in the last body's frame
+            f_tot = add(body_f[i], f_child)
+            n_tot = add(body_n[i], n_child)
+        else:
+            R, p = frames[i + 1]
+            f_in = mv(R, f_child)
+            f_tot = add(body_f[i], f_in)  # Craig 6.51
+            n_tot = add(body_n[i], mv(R, n_child), cross(p, f_in))  # Craig 6.52
+        taus[i] = n_tot[2] if is_revolute[i] else f_tot[2]  # Craig 6.53
+        forces[i], moments[i] = f_tot, n_tot
+        f_child, n_child = f_tot, n_tot
+    return taus, forces, moments
+
+
+def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
+    """Recursive Newton-Euler on arrays: :func:`rnea` at joint values q; qdd None means zero
+    acceleration. Returns (tau (n,), wrenches (n, 6))."""
+    frames = joint_frames(bodies, arm.is_revolute, q)
+    dtype = jnp.result_type(bodies.mass, q, qd, a0)
+    taus, forces, moments = rnea(bodies, arm.is_revolute, frames, qd, qdd, _vec(a0), _kernel_tip(bodies, f_ext))
+    wrenches = matrix([tuple(f) + tuple(m) for f, m in zip(forces, moments)], dtype)
+    return vector(taus, dtype), wrenches
+
+
+def _kernel_tip(bodies, f_ext):
+    """The tool wrench as the kernels take it: the environment's wrench on the tool, negated
+    (what the last body must supply), in the last body's frame, about its origin."""
+    if f_ext is None:
+        return None
+    F, N = _tip_wrench(bodies, f_ext)
+    return tuple(-F[k] for k in range(3)), tuple(-N[k] for k in range(3))
+
+
+def inverse_dynamics(arm: Arm, q, qd, qdd, f_ext=None):
+    """Joint torques/forces (n,) that produce acceleration qdd at state (q, qd).
+
+    Recursive Newton-Euler (Swartz eqs 1-10; prismatic terms Craig 6.33-6.35) with gravity as
+    base acceleration, plus drive terms: reflected rotor inertia G^2 Jm qdd, viscous B G^2 qd and
+    Coulomb |G| Tc(+/-) by the sign of qd. ``f_ext`` (6,) = (force, moment) that the environment
+    applies to the tool, expressed in the tool frame, moment about the tool origin.
+    """
+    q, qd, qdd = checks.joint_state(arm, "inverse_dynamics", q=q, qd=qd, qdd=qdd)
+    f_ext = checks.wrench(f_ext, "f_ext", "inverse_dynamics")
+    return _inverse_dynamics(arm, q, qd, qdd, f_ext)
+
+
+def _inverse_dynamics(arm, q, qd, qdd, f_ext=None):
+    bodies = _bodies(arm)
+    dtype = jnp.result_type(bodies.mass, q, qd, qdd)
+    tau, _ = _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)
+    return tau + drives._reflected_inertia(arm) * qdd + drives._friction_torques(arm, qd)
+
+
+def rigid_body_torques(arm: Arm, q, qd, qdd, f_ext=None):
+    """Inverse dynamics of the links alone: no rotor inertia, no friction (n,)."""
+    q, qd, qdd = checks.joint_state(arm, "rigid_body_torques", q=q, qd=qd, qdd=qdd)
+    f_ext = checks.wrench(f_ext, "f_ext", "rigid_body_torques")
+    bodies = _bodies(arm)
+    dtype = jnp.result_type(bodies.mass, q, qd, qdd)
+    return _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)[0]
+
+
+def joint_wrenches(arm: Arm, q, qd, qdd, f_ext=None):
+    """The wrench (n, 6) = (force, moment about the joint origin) that each joint transmits from
+    body i-1 to body i, in body i's frame (z along joint i's axis): the structural loads of the NASA
+    report's appendix B. Rigid links only; the joint torque is component 5 (revolute) or 2 (prismatic).
+    """
+    q, qd, qdd = checks.joint_state(arm, "joint_wrenches", q=q, qd=qd, qdd=qdd)
+    f_ext = checks.wrench(f_ext, "f_ext", "joint_wrenches")
+    bodies = _bodies(arm)
+    dtype = jnp.result_type(bodies.mass, q, qd, qdd)
+    return _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)[1]
+
+
+def bias_forces(arm: Arm, q, qd, f_ext=None):
+    """Coriolis, centrifugal and gravity torques C(q, qd) qd + g(q) (n,): Newton-Euler with
+    qdd = 0 (Swartz's bias vector, eq. 15 with theta-double-dot = 0). No friction."""
+    q, qd = checks.joint_state(arm, "bias_forces", q=q, qd=qd)
+    f_ext = checks.wrench(f_ext, "f_ext", "bias_forces")
+    bodies = _bodies(arm)
+    dtype = jnp.result_type(bodies.mass, q, qd)
+    return _rnea(arm, bodies, q, qd, None, _base_acceleration(arm, dtype), f_ext)[0]
+
+
+def _bias(arm, bodies, q, qd, f_ext=None):
+    """Bias torques C(q, qd) qd + g(q) (n,) by the Newton-Euler kernel, no argument checks."""
+    dtype = jnp.result_type(bodies.mass, q, qd)
+    return _rnea(arm, bodies, q, qd, None, _base_acceleration(arm, dtype), f_ext)[0]
+
+
+def gravity_torques(arm: Arm, q):
+    """Torques (n,) that hold the arm still against gravity, g(q)."""
+    (q,) = checks.joint_state(arm, "gravity_torques", q=q)
+    bodies = _bodies(arm)
+    dtype = jnp.result_type(bodies.mass, q)
+    return _rnea(arm, bodies, q, jnp.zeros_like(q), None, _base_acceleration(arm, dtype))[0]

@@ -1,0 +1,699 @@
+"""Physically consistent identification: fit the full nonlinear torque model with every link's
+inertial parameters consistent *by construction*.
+
+Log-Cholesky parameterization (Rucker & Wensing 2022, "Smooth parameterization of rigid-body
+inertia"). Each link has ten unconstrained numbers
+``theta = (alpha, d1, d2, d3, s12, s13, s23, t1, t2, t3)`` and
+
+    U = exp(alpha) [[e^d1, s12,  s13,  t1],
+                    [0,    e^d2, s23,  t2],
+                    [0,    0,    e^d3, t3],
+                    [0,    0,    0,    1 ]]          J = U U^T = [[Sigma, h], [h^T, m]]
+
+is the link's 4x4 pseudo-inertia about its frame origin (Wensing, Kim & Slotine 2017):
+``m = exp(2 alpha)``, ``h = m c`` and ``Sigma = 0.5 tr(I_o) 1 - I_o`` (so ``I_o = tr(Sigma) 1 -
+Sigma``). U is invertible for every theta, so J is positive definite: the mass is positive, the
+inertia about the COM is positive definite and obeys the triangle inequalities strictly. The map
+is smooth and one-to-one onto the positive-definite pseudo-inertias; ``(t1, t2, t3)`` is exactly
+the centre of mass, which makes bounds on it easy to impose by construction (:class:`ComBox`,
+:class:`ComSphere`).
+
+What the data determine, and what the regularization fixes
+----------------------------------------------------------
+Joint torques depend on the standard parameters only through the identifiable (base)
+combinations (see :mod:`jaxarm.identification`): some parameters never affect a torque (e.g. for
+a first joint about the vertical, everything of link 1 except its inertia about that axis) and
+others only in fixed sums.
+The torque residual is flat along those directions, so without a prior they would drift. The
+fit therefore adds ``regularization`` times a divergence to the prior arm: for the links the
+log-det (Bregman) divergence of the pseudo-inertias,
+``D(J || J0) = tr(J0^-1 J) - log det(J0^-1 J) - 4`` (Lee, Wensing & Park 2020, "Geometric robot
+dynamic identification: a convex programming approach"), which is zero only at J = J0,
+is invariant to the choice of units and frame, and grows without bound as J approaches the
+boundary of physical consistency; for drive and friction parameters a squared difference scaled
+by the data (torque / velocity / acceleration RMS). With a small weight the data decide the
+identifiable combinations (the divergence barely moves them) while every direction the data
+cannot see goes to the point closest to the prior in that divergence. Large weights trade data
+fit for closeness to the prior (ridge-like); weight 0 leaves the invisible directions wherever
+the optimizer took them.
+
+Drive parameters per joint, joint side (the contract of :mod:`jaxarm.identification`):
+``Ia`` (reflected rotor inertia) and ``fv`` (viscous) are kept >= 0 as ``scale * softplus(x)``;
+``fc`` (Coulomb) and ``fo`` (offset) are free. With ``friction="sigmoid"`` the Panda model of
+Gaz et al. 2019, ``phi1 / (1 + exp(-phi2 (qd + phi3))) - phi1 / (1 + exp(-phi2 phi3))``, is
+fitted jointly (``phi2 = exp(x) > 0``) together with ``Ia``, ``fv`` and ``fo``; ``fc`` then stays
+at the prior's value (the sigmoid replaces the discontinuous Coulomb term).
+
+The fit minimizes, with optax's L-BFGS and a zoom line search, the mean squared, per-joint
+weighted residual of ``inverse_dynamics(arm_with_parameters(arm, pi), q, qd, qdd)`` over all
+samples, plus the regularization. The torques are evaluated as ``regressor @ pi + known_torques``
+(:mod:`jaxarm.identification`: the regressor is the autodiff Jacobian of the same Newton-Euler
+torques, exactly linear in pi, computed once), so an iteration is a batched matrix product. The
+free variables are whitened with the objective's Hessian at the start of each segment of
+iterations, which makes L-BFGS converge in a few hundred iterations on this badly scaled problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..dynamics.drives import friction_torques
+from ..model.arm import Arm, make_arm
+from ..model.consistency import check_link, consistency_report, pseudo_inertia
+from .fit import predict_torques, torque_rmse
+from .linear_model import arm_with_parameters, known_torques, regressor, standard_parameters
+
+__all__ = [
+    "log_cholesky_to_pseudo_inertia",
+    "log_cholesky_to_parameters",
+    "parameters_to_log_cholesky",
+    "PriorNudgedWarning",
+    "ComBox",
+    "ComSphere",
+    "ConsistentFit",
+    "fit_consistent",
+    "FRICTION_MODELS",
+]
+
+FRICTION_MODELS = ("viscous-coulomb", "sigmoid")
+JOINT_WEIGHTS = ("residual", "torque", "uniform")
+_SIGMOID_SLOPE = 10.0  # s/rad: initial phi2 when the prior has no sigmoid friction
+
+
+class PriorNudgedWarning(UserWarning):
+    """A prior link was only semidefinite (or massless) and was moved slightly inside the set of
+    physically consistent bodies so that its log-Cholesky factor exists."""
+
+
+# --------------------------------------------------------------------------------------------
+# The log-Cholesky maps
+
+
+def _factor(theta):
+    """U (..., 4, 4) from theta (..., 10) (Rucker & Wensing 2022, the log-Cholesky factor)."""
+    theta = jnp.asarray(theta)
+    alpha, d, s, t = theta[..., 0], theta[..., 1:4], theta[..., 4:7], theta[..., 7:10]
+    zero = jnp.zeros_like(alpha)
+    one = jnp.ones_like(alpha)
+    e = jnp.exp(d)
+    rows = [
+        [e[..., 0], s[..., 0], s[..., 1], t[..., 0]],
+        [zero, e[..., 1], s[..., 2], t[..., 1]],
+        [zero, zero, e[..., 2], t[..., 2]],
+        [zero, zero, zero, one],
+    ]
+    U = jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+    return jnp.exp(alpha)[..., None, None] * U
+
+
+def _check_theta(theta, func):
+    theta = jnp.asarray(theta)
+    if theta.ndim < 1 or theta.shape[-1] != 10:
+        raise ValueError(f"{func}: theta: expected shape (..., 10) = (alpha, d1, d2, d3, s12, s13, s23, t1, t2, t3), got {theta.shape}")
+    return theta
+
+
+@jax.jit
+def log_cholesky_to_pseudo_inertia(theta):
+    """The pseudo-inertia J = U U^T (..., 4, 4) of log-Cholesky vectors theta (..., 10).
+
+    Positive definite for every real theta (U is triangular with a positive diagonal; Rucker &
+    Wensing 2022). Traceable.
+    """
+    U = _factor(_check_theta(theta, "log_cholesky_to_pseudo_inertia"))
+    return U @ jnp.swapaxes(U, -1, -2)
+
+
+@jax.jit
+def log_cholesky_to_parameters(theta):
+    """Standard parameters (..., 10) = [m, mx, my, mz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz] (inertia about
+    the link origin, tensor elements) of log-Cholesky vectors theta (..., 10).
+
+    Every output is a physically consistent body: m > 0 and a positive-definite pseudo-inertia.
+    Traceable (jit / vmap / grad).
+    """
+    J = log_cholesky_to_pseudo_inertia(theta)
+    sigma, h, m = J[..., :3, :3], J[..., :3, 3], J[..., 3, 3]
+    eye = jnp.eye(3, dtype=J.dtype)
+    inertia_o = jnp.trace(sigma, axis1=-2, axis2=-1)[..., None, None] * eye - sigma  # Wensing, Kim & Slotine 2017, inverted
+    idx = (0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)
+    moments = jnp.stack([inertia_o[..., i, j] for i, j in idx], axis=-1)
+    return jnp.concatenate([m[..., None], h, moments], axis=-1)
+
+
+def _link_from_parameters(pi):
+    """(m, c, I about the COM) from one standard 10-vector (NumPy)."""
+    m = float(pi[0])
+    xx, xy, xz, yy, yz, zz = pi[4:]
+    inertia_o = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+    c = pi[1:4] / m if m != 0 else np.zeros(3)
+    inertia_c = inertia_o - m * ((c @ c) * np.eye(3) - np.outer(c, c))  # parallel axes, Ch.10 eq. 10.13
+    return m, c, inertia_c
+
+
+def _nudge(m, c, inertia_c, margin, scale_mass, label, repair):
+    """A positive-definite (m, Sigma_c) near a consistent (or, with repair, any) link, and a note."""
+    sigma_c = 0.5 * np.trace(inertia_c) * np.eye(3) - inertia_c  # second moments about the COM
+    sigma_c = 0.5 * (sigma_c + sigma_c.T)
+    w, V = np.linalg.eigh(sigma_c)
+    floor = margin * max(w.max(), 0.0) if w.max() > 0 else margin * scale_mass * 1e-4  # (1 cm)^2 m
+    notes = []
+    if m <= 0:
+        m_new = margin * scale_mass
+        notes.append(f"mass {m:.6g} -> {m_new:.3g}")
+        m = m_new
+        floor = max(floor, margin * m * 1e-4)
+    if w.min() < floor:
+        notes.append(f"second moments about the COM {np.array2string(w, precision=4)} raised to >= {floor:.3g}")
+        w = np.maximum(w, floor)
+        sigma_c = (V * w) @ V.T
+    if notes:
+        msg = (f"{label}: only semidefinite, nudged to strictly consistent (a log-Cholesky factor needs a "
+               "positive-definite pseudo-inertia): " + "; ".join(notes))
+        warnings.warn(msg, PriorNudgedWarning, stacklevel=4)
+    inertia_c = np.trace(sigma_c) * np.eye(3) - sigma_c
+    return m, c, inertia_c
+
+
+def parameters_to_log_cholesky(pi, *, margin=1e-6, repair=False, label="link"):
+    """The log-Cholesky vector(s) theta (..., 10) of standard parameter vector(s) pi (..., 10).
+
+    Inverse of :func:`log_cholesky_to_parameters` for initialising a fit from a prior (NumPy,
+    concrete values). J must be positive definite for the factor to exist: a prior that is merely
+    semidefinite (a point mass, a rod, a massless link) is first moved inside the consistent set,
+    raising its second moments about the COM to ``margin`` times the largest one (and a zero
+    mass to ``margin`` times the largest mass in ``pi``), with a :class:`PriorNudgedWarning`
+    saying which link and by how much. An inconsistent prior (negative mass, triangle inequality
+    violated) is a ValueError naming the link and the problem, unless ``repair=True``, which clips
+    the offending second moments (mass) the same way and warns.
+
+    U U^T = J with U upper triangular is a Cholesky factorisation of J with the index order
+    reversed: with the exchange matrix P, P J P = L L^T and U = P L P.
+    """
+    pi = np.asarray(pi, dtype=np.float64)
+    if pi.ndim < 1 or pi.shape[-1] != 10:
+        raise ValueError(f"parameters_to_log_cholesky: pi: expected shape (..., 10) = [m, mx, my, mz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz], got {pi.shape}")
+    if not np.all(np.isfinite(pi)):
+        raise ValueError("parameters_to_log_cholesky: pi: expected finite values")
+    flat = pi.reshape(-1, 10)
+    scale_mass = max(float(np.abs(flat[:, 0]).max()), 1e-12)
+    out = []
+    for k, row in enumerate(flat):
+        where = label if flat.shape[0] == 1 else f"{label} {k + 1}"
+        m, c, inertia_c = _link_from_parameters(row)
+        report = check_link(m, c, inertia_c) if m != 0 else None
+        if report is not None and not report.ok and not repair:
+            raise ValueError(
+                f"parameters_to_log_cholesky: {where}: the prior is physically inconsistent ({'; '.join(report.problems)}); "
+                "no log-Cholesky factor exists (pass repair=True to clip it into the consistent set)"
+            )
+        m, c, inertia_c = _nudge(m, c, inertia_c, margin, scale_mass, where, repair)
+        J = pseudo_inertia(m, c, inertia_c)
+        P = np.eye(4)[::-1]
+        U = P @ np.linalg.cholesky(P @ J @ P) @ P  # upper triangular, U U^T = J
+        alpha = np.log(U[3, 3])
+        D = U / U[3, 3]
+        out.append([alpha, *np.log(np.diag(D)[:3]), D[0, 1], D[0, 2], D[1, 2], *D[:3, 3]])
+    return np.asarray(out).reshape(pi.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Bounds on the centres of mass (imposed on t = c by construction)
+
+
+@dataclasses.dataclass(frozen=True)
+class ComBox:
+    """Each link's COM (link frame) inside ``lower < c < upper`` (both (n, 3), m; +-inf = no bound
+    on that coordinate). Imposed by construction: c = lower + (upper - lower) sigmoid(z)."""
+
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class ComSphere:
+    """Each link's COM (link frame) inside the open ball |c - center| < radius (center (n, 3),
+    radius (n,), m; inf = no bound). Imposed by construction: c = center + radius z / sqrt(1 + |z|^2)."""
+
+    center: np.ndarray
+    radius: np.ndarray
+
+
+def _check_bounds(bounds, n):
+    if bounds is None:
+        return None
+    if isinstance(bounds, ComBox):
+        lo = np.broadcast_to(np.asarray(bounds.lower, dtype=np.float64), (n, 3)).copy()
+        hi = np.broadcast_to(np.asarray(bounds.upper, dtype=np.float64), (n, 3)).copy()
+        if np.any(np.isnan(lo)) or np.any(np.isnan(hi)) or np.any(~(hi > lo)):
+            raise ValueError("fit_consistent: com_bounds: ComBox needs upper > lower for every link and coordinate")
+        return ComBox(lo, hi)
+    if isinstance(bounds, ComSphere):
+        center = np.broadcast_to(np.asarray(bounds.center, dtype=np.float64), (n, 3)).copy()
+        radius = np.broadcast_to(np.asarray(bounds.radius, dtype=np.float64), (n,)).copy()
+        if not np.all(np.isfinite(center)) or np.any(~(radius > 0)):
+            raise ValueError("fit_consistent: com_bounds: ComSphere needs finite centers and radii > 0")
+        return ComSphere(center, radius)
+    raise TypeError(f"fit_consistent: com_bounds: expected None, ComBox or ComSphere, got {type(bounds).__name__}")
+
+
+def _bound_arrays(bounds):
+    """(kind, arrays) describing the bounds for the compiled objective."""
+    if isinstance(bounds, ComBox):
+        finite = np.isfinite(bounds.lower) & np.isfinite(bounds.upper)
+        lo = np.where(finite, bounds.lower, 0.0)
+        width = np.where(finite, bounds.upper - bounds.lower, 1.0)
+        return "box", {"finite": finite, "lo": lo, "width": width}
+    if isinstance(bounds, ComSphere):
+        finite = np.broadcast_to(np.isfinite(bounds.radius)[:, None], (len(bounds.radius), 3))
+        r = np.where(finite, bounds.radius[:, None], 1.0)
+        return "sphere", {"finite": finite, "center": bounds.center, "r": r}
+    return "none", {}
+
+
+def _com_from_free(z, kind, b):
+    """COM (n, 3) from the free variables z (n, 3): identity, box or ball (traceable)."""
+    if kind == "box":
+        return jnp.where(b["finite"], b["lo"] + b["width"] * jax.nn.sigmoid(z), z)
+    if kind == "sphere":
+        squashed = b["center"] + b["r"] * z / jnp.sqrt(1.0 + jnp.sum(z * z, axis=-1, keepdims=True))
+        return jnp.where(b["finite"], squashed, z)
+    return z
+
+
+def _free_from_com(c, bounds):
+    """Inverse of _com_from_free (NumPy); a prior COM outside the bounds is an error."""
+    c = np.asarray(c, dtype=np.float64)
+    if isinstance(bounds, ComBox):
+        finite = np.isfinite(bounds.lower) & np.isfinite(bounds.upper)
+        lo = np.where(finite, bounds.lower, 0.0)
+        width = np.where(finite, bounds.upper - bounds.lower, 1.0)
+        u = (c - lo) / width
+        bad = finite & ~((u > 0) & (u < 1))
+        bad |= ~finite & ((c <= bounds.lower) | (c >= bounds.upper))
+        if np.any(bad):
+            i, k = np.argwhere(bad)[0]
+            raise ValueError(f"fit_consistent: com_bounds: link {i + 1}: the prior COM {c[i].tolist()} is not strictly inside the box "
+                             f"[{bounds.lower[i].tolist()}, {bounds.upper[i].tolist()}] (coordinate {'xyz'[k]})")
+        u = np.clip(u, 1e-12, 1 - 1e-12)
+        return np.where(finite, np.log(u) - np.log1p(-u), c)
+    if isinstance(bounds, ComSphere):
+        finite = np.isfinite(bounds.radius)
+        r = np.where(finite, bounds.radius, 1.0)
+        u = (c - bounds.center) / r[:, None]
+        norm = np.linalg.norm(u, axis=1)
+        bad = finite & (norm >= 1)
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"fit_consistent: com_bounds: link {i + 1}: the prior COM {c[i].tolist()} is not strictly inside the sphere "
+                             f"(center {bounds.center[i].tolist()}, radius {bounds.radius[i]:g})")
+        z = u / np.sqrt(1.0 - np.minimum(norm, 1 - 1e-12) ** 2)[:, None]
+        return np.where(finite[:, None], z, c)
+    return c
+
+
+# --------------------------------------------------------------------------------------------
+# The fit
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ConsistentFit:
+    """Result of :func:`fit_consistent`.
+
+    arm: the fitted :class:`Arm` (links, drives and, with ``friction="sigmoid"``, sigmoid friction);
+    parameters: its standard parameter vector (10n + 4n,) (contract of :mod:`jaxarm.identification`);
+    rmse, rmse_prior: (n,) per-joint torque RMSE on the fit data of the fitted and the prior arm;
+    loss_history: (iterations + 1,) objective per L-BFGS iteration (data term + regularization);
+    data_loss, regularization_loss: the two parts of the final objective;
+    consistency: :func:`jaxarm.consistency_report` of the fitted arm (every link ``ok``);
+    converged / iterations / message / gradient_norm: how the optimizer stopped;
+    joint_weights: (n,) weights w_j of the data term sum_j w_j mean_k r_kj^2 / n;
+    friction, regularization, com_bounds: the options used.
+    """
+
+    arm: Arm
+    parameters: np.ndarray
+    rmse: np.ndarray
+    rmse_prior: np.ndarray
+    loss_history: np.ndarray
+    data_loss: float
+    regularization_loss: float
+    consistency: dict
+    converged: bool
+    iterations: int
+    message: str
+    gradient_norm: float
+    joint_weights: np.ndarray
+    friction: str
+    regularization: float
+    com_bounds: object = None
+
+    def summary(self) -> dict:
+        """JSON-ready numbers (no arrays of the arm)."""
+        return {
+            "rmse": [float(v) for v in self.rmse],
+            "rmse_prior": [float(v) for v in self.rmse_prior],
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "message": self.message,
+            "loss": float(self.loss_history[-1]),
+            "data_loss": self.data_loss,
+            "regularization_loss": self.regularization_loss,
+            "gradient_norm": self.gradient_norm,
+            "friction": self.friction,
+            "regularization": self.regularization,
+            "consistent": all(r.ok for r in self.consistency.values()),
+        }
+
+
+def _samples(x, name, n, func):
+    if x is None:
+        raise ValueError(f"{func}: {name}: expected an array of shape (N, {n}), got None")
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != n:
+        raise ValueError(f"{func}: {name}: expected shape (N, {n}) (one row per sample, one column per joint), got {x.shape}")
+    if not np.all(np.isfinite(x)):
+        row = int(np.argwhere(~np.isfinite(x))[0][0])
+        raise ValueError(f"{func}: {name}: expected finite values, row {row} is {x[row].tolist()}")
+    return x
+
+
+def _same_length(func, **arrays):
+    lengths = {k: len(v) for k, v in arrays.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{func}: expected the same number of samples in every input, got {lengths}")
+
+
+def _softplus_inverse(y):
+    y = np.asarray(y, dtype=np.float64)
+    return np.where(y > 30, y, np.log(np.expm1(np.minimum(y, 30))))
+
+
+def _rms(x, axis=0):
+    return np.sqrt(np.mean(np.square(x), axis=axis))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    """Static structure of a fit (hashable: one compiled step per distinct config)."""
+
+    memory_size: int
+    fit_sigmoid: bool
+    bounds: str
+
+
+@functools.lru_cache(maxsize=None)
+def _solver(memory_size: int):
+    return optax.lbfgs(memory_size=memory_size, linesearch=optax.scale_by_zoom_linesearch(max_linesearch_steps=30))
+
+
+def _model(x, c, cfg: _Config):
+    """(theta (n, 10), standard parameters (14 n,), sigmoid phi (n, 3)) of the free variables x."""
+    links = x["links"]
+    theta = jnp.concatenate([links[:, :7], _com_from_free(links[:, 7:], cfg.bounds, c["bounds"])], axis=1)
+    raw = x["drives"]
+    values = jnp.concatenate([jax.nn.softplus(raw[:, :2]), raw[:, 2:]], axis=1) * c["scales"]
+    values = jnp.where(c["drive_free"], values, c["drives0"])
+    pi = jnp.concatenate([log_cholesky_to_parameters(theta).reshape(-1), values.reshape(-1)])
+    if cfg.fit_sigmoid:
+        s = x["sigmoid"]
+        phi = jnp.stack([s[:, 0] * c["s_tau"], jnp.exp(s[:, 1]), s[:, 2] * c["s_qd"]], axis=1)
+    else:
+        phi = c["phi0"]
+    return theta, pi, phi
+
+
+def _parts(x, c, cfg: _Config):
+    """(data term, regularization term) of the objective."""
+    theta, pi, phi = _model(x, c, cfg)
+    # tau = Y pi + known (exactly inverse_dynamics(arm_with_parameters(arm, pi)); jaxarm.identification)
+    tau_model = jnp.einsum("knp,p->kn", c["Y"], pi) + c["known"]
+    if cfg.fit_sigmoid:
+        friction_arm = c["friction_arm"]
+        friction_arm = friction_arm.replace(drives=dataclasses.replace(friction_arm.drives, sigmoid_friction=phi))
+        tau_model = tau_model + jax.vmap(friction_torques, (None, 0))(friction_arm, c["qd"])  # Gaz et al. 2019 sigmoid
+    r = tau_model - c["tau"]
+    data = jnp.sum(c["w"] * jnp.mean(r * r, axis=0)) / r.shape[1]
+
+    J = log_cholesky_to_pseudo_inertia(theta)
+    logdet = 2.0 * (4.0 * theta[:, 0] + jnp.sum(theta[:, 1:4], axis=1))  # log det(U U^T), U triangular
+    divergence = jnp.sum(jnp.einsum("kij,kji->k", c["J_prior_inv"], J) - logdet + c["logdet_prior"] - 4.0)  # Lee, Wensing & Park 2020
+    d = jnp.where(c["drive_free"], x["drives"] - c["drives_prior_raw"], 0.0)
+    divergence = divergence + jnp.sum(d * d)
+    if cfg.fit_sigmoid:
+        e = x["sigmoid"] - c["sigmoid_prior_raw"]
+        divergence = divergence + jnp.sum(e * e)
+    return data, c["lam"] * divergence
+
+
+def _unflatten(v, n):
+    """The free variables {links (n, 10), drives (n, 4), sigmoid (n, 3)} from a flat (17 n,) vector."""
+    return {"links": v[: 10 * n].reshape(n, 10), "drives": v[10 * n : 14 * n].reshape(n, 4), "sigmoid": v[14 * n :].reshape(n, 3)}
+
+
+def _flatten(x):
+    return jnp.concatenate([x["links"].reshape(-1), x["drives"].reshape(-1), x["sigmoid"].reshape(-1)])
+
+
+def _objective_flat(v, c, cfg: _Config):
+    data, reg = _parts(_unflatten(v, c["scales"].shape[0]), c, cfg)
+    return data + reg
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _preconditioner(v, c, cfg: _Config):
+    """T with T^T H T ~ 1 for the objective's Hessian H at v (eigenvalues made positive and floored
+    at 1e-9 of the largest): L-BFGS then runs on y, v = v0 + T y, where the problem is well scaled."""
+    H = jax.hessian(_objective_flat)(v, c, cfg)
+    w, V = jnp.linalg.eigh(0.5 * (H + H.T))
+    w = jnp.maximum(jnp.abs(w), 1e-9 * jnp.max(jnp.abs(w)) + 1e-300)
+    return V / jnp.sqrt(w)
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _step(y, state, v0, T, c, cfg: _Config):
+    """One L-BFGS iteration (zoom line search) on y; returns (y, state, objective at the old y, |grad|)."""
+    solver = _solver(cfg.memory_size)
+
+    def objective(y):
+        return _objective_flat(v0 + T @ y, c, cfg)
+
+    value, grad = optax.value_and_grad_from_state(objective)(y, state=state)
+    updates, state = solver.update(grad, state, y, value=value, grad=grad, value_fn=objective)
+    return optax.apply_updates(y, updates), state, value, optax.tree.norm(grad)
+
+
+@functools.partial(jax.jit, static_argnames="cfg")
+def _finish(v, c, cfg: _Config):
+    x = _unflatten(v, c["scales"].shape[0])
+    data, reg = _parts(x, c, cfg)
+    _, pi, phi = _model(x, c, cfg)
+    return data, reg, pi, phi
+
+
+def fit_consistent(
+    arm: Arm,
+    q,
+    qd,
+    qdd,
+    tau,
+    *,
+    prior: Arm | None = None,
+    regularization: float = 1e-3,
+    friction: str = "viscous-coulomb",
+    fit_drives: bool = True,
+    com_bounds: ComBox | ComSphere | None = None,
+    joint_weights="residual",
+    max_steps: int = 500,
+    tol: float = 1e-10,
+    memory_size: int = 20,
+    restart_every: int = 100,
+    verbose: bool = False,
+) -> ConsistentFit:
+    """Fit ``arm``'s link, drive (and sigmoid friction) parameters to measured joint torques.
+
+    q, qd, qdd, tau: (N, n) samples (filtered positions, velocities, accelerations and the joint
+    torques to explain). The fit starts at ``arm`` and regularizes towards ``prior`` (default:
+    ``arm``) with weight ``regularization`` (see the module docstring: it fixes the directions the
+    data cannot see; 0 = pure least squares). Objective:
+
+        sum_j w_j mean_k (tau_model_kj - tau_kj)^2 / n + regularization * divergence(fit, prior)
+
+    with ``tau_model = inverse_dynamics(arm_with_parameters(arm, pi), q, qd, qdd)``, evaluated as
+    ``regressor @ pi + known_torques`` (:mod:`jaxarm.identification`; the same numbers, but the
+    autodiff regressor is computed once and each iteration is a matrix product). The returned
+    RMSE are recomputed with :func:`jaxarm.inverse_dynamics` of the fitted arm.
+
+    ``joint_weights``: "residual" (default) w_j = 1 / RMSE_j^2 of the starting arm (each joint's
+    error counts relative to where it started; floored at 1e-3 RMS(tau_j)), "torque" w_j =
+    1 / mean(tau_j^2), "uniform" one weight for all, or an array (n,) of your own.
+    ``friction``: "viscous-coulomb" fits Ia, fv, fc, fo per joint (the arm's sigmoid friction, if
+    any, stays as it is); "sigmoid" fits Ia, fv, fo and the sigmoid (phi1, phi2 > 0, phi3) per
+    joint, keeping fc at the prior's value. ``fit_drives=False`` keeps every drive and friction
+    parameter of ``arm`` (links only).
+    ``com_bounds``: :class:`ComBox` or :class:`ComSphere`, imposed by construction (the starting
+    COMs must lie strictly inside).
+    Optimizer: optax L-BFGS (``memory_size``) with a zoom line search, at most ``max_steps``
+    iterations, on variables whitened by the objective's Hessian (eigenvalues made positive and
+    floored) at the start of each segment of ``restart_every`` iterations; converged when the
+    objective decreases by less than ``tol`` (relative) over five iterations or the whitened
+    gradient norm falls below ``tol``.
+    """
+    if not isinstance(arm, Arm):
+        raise TypeError(f"fit_consistent: arm: expected a jaxarm.Arm, got {type(arm).__name__}")
+    prior = arm if prior is None else prior
+    if not isinstance(prior, Arm) or prior.n != arm.n or prior.joint_types != arm.joint_types:
+        raise ValueError("fit_consistent: prior: expected an Arm with the same joints as arm")
+    n = arm.n
+    q, qd, qdd, tau = (_samples(x, name, n, "fit_consistent") for x, name in ((q, "q"), (qd, "qd"), (qdd, "qdd"), (tau, "tau")))
+    _same_length("fit_consistent", q=q, qd=qd, qdd=qdd, tau=tau)
+    if len(q) < 2:
+        raise ValueError(f"fit_consistent: expected at least 2 samples, got {len(q)}")
+    if friction not in FRICTION_MODELS:
+        raise ValueError(f"fit_consistent: friction: expected one of {FRICTION_MODELS}, got {friction!r}")
+    if not (np.isfinite(regularization) and regularization >= 0):
+        raise ValueError(f"fit_consistent: regularization: expected a number >= 0, got {regularization!r}")
+    if int(max_steps) < 0:
+        raise ValueError(f"fit_consistent: max_steps: expected >= 0, got {max_steps}")
+    if int(restart_every) < 1 or int(memory_size) < 1:
+        raise ValueError(f"fit_consistent: restart_every, memory_size: expected >= 1, got {restart_every}, {memory_size}")
+    gear = np.asarray(arm.drives.gear_ratio)
+    if fit_drives and np.any(gear == 0):
+        raise ValueError(f"fit_consistent: arm: gear_ratio must be nonzero to fit drive parameters (joint {int(np.flatnonzero(gear == 0)[0]) + 1})")
+    if fit_drives and np.any(np.asarray(arm.drives.static_friction) > 0):
+        raise ValueError("fit_consistent: arm: Stribeck friction (static_friction) depends on the Coulomb levels being fitted; "
+                         "remove it or pass fit_drives=False")
+    bounds = _check_bounds(com_bounds, n)
+    if isinstance(joint_weights, str):
+        if joint_weights not in JOINT_WEIGHTS:
+            raise ValueError(f"fit_consistent: joint_weights: expected one of {JOINT_WEIGHTS} or an array ({n},), got {joint_weights!r}")
+    else:
+        w = np.asarray(joint_weights, dtype=np.float64)
+        if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0) or not np.any(w > 0):
+            raise ValueError(f"fit_consistent: joint_weights: expected ({n},) finite weights >= 0, not all zero, got {np.ravel(w).tolist()}")
+
+    # Data scales: make every free variable O(1) and the regularization dimensionless.
+    s_tau = np.maximum(_rms(tau), 1e-6)
+    s_qd = np.maximum(_rms(qd), 1e-6)
+    s_qdd = np.maximum(_rms(qdd), 1e-6)
+    scales = np.stack([s_tau / s_qdd, s_tau / s_qd, s_tau, s_tau], axis=1)  # Ia, fv, fc, fo
+
+    pi_arm = np.asarray(standard_parameters(arm), dtype=np.float64)
+    pi_prior = np.asarray(standard_parameters(prior), dtype=np.float64)
+    theta0 = parameters_to_log_cholesky(pi_arm[: 10 * n].reshape(n, 10), label="arm: link")
+    theta_prior = theta0 if prior is arm else parameters_to_log_cholesky(pi_prior[: 10 * n].reshape(n, 10), label="prior: link")
+    com_free = _free_from_com(theta0[:, 7:], bounds)  # checks that the starting COMs are inside the bounds
+    drives0 = pi_arm[10 * n:].reshape(n, 4)
+    drives_prior = pi_prior[10 * n:].reshape(n, 4)
+    phi_arm = np.asarray(arm.drives.sigmoid_friction, dtype=np.float64)
+    phi_prior = np.asarray(prior.drives.sigmoid_friction, dtype=np.float64)
+
+    drive_free = np.zeros((n, 4), dtype=bool)  # Ia, fv, fc, fo
+    if fit_drives:
+        drive_free[:] = True
+        drive_free[:, 2] = friction != "sigmoid"
+    cfg = _Config(memory_size=int(memory_size), fit_sigmoid=bool(fit_drives and friction == "sigmoid"),
+                  bounds=_bound_arrays(bounds)[0])
+
+    def drive_raw(values):
+        nonneg = _softplus_inverse(np.maximum(values[:, :2], 1e-6 * scales[:, :2]) / scales[:, :2])
+        return np.concatenate([nonneg, values[:, 2:] / scales[:, 2:]], axis=1)
+
+    def sigmoid_raw(phi):
+        slope = np.where(phi[:, 1] > 0, phi[:, 1], _SIGMOID_SLOPE)
+        return np.stack([phi[:, 0] / s_tau, np.log(slope), phi[:, 2] / s_qd], axis=1)
+
+    # The model pieces: regressor (autodiff of Newton-Euler) and the torques outside pi.
+    base_arm = arm
+    if cfg.fit_sigmoid:  # the sigmoid is fitted: keep it out of the known torques
+        base_arm = arm.replace(drives=dataclasses.replace(arm.drives, sigmoid_friction=np.zeros((n, 3))))
+    Y = np.asarray(regressor(base_arm, q, qd, qdd))
+    known = np.asarray(known_torques(base_arm, q, qd, qdd))
+    friction_arm = make_arm(arm.joint_types, convention=arm.convention, name="friction")
+    friction_arm = friction_arm.replace(kinematics=arm.kinematics)
+
+    # Per-joint weights of the data term.
+    rmse_start = torque_rmse(tau, predict_torques(arm, q, qd, qdd))
+    if isinstance(joint_weights, str) and joint_weights == "residual":
+        w = 1.0 / np.maximum(rmse_start, 1e-3 * s_tau) ** 2
+    elif isinstance(joint_weights, str) and joint_weights == "torque":
+        w = 1.0 / s_tau**2
+    elif isinstance(joint_weights, str):  # "uniform"
+        w = np.full(n, 1.0 / np.mean(s_tau**2))
+
+    consts = {
+        "Y": Y, "known": known, "tau": tau, "qd": qd, "w": w, "scales": scales, "s_tau": s_tau, "s_qd": s_qd,
+        "drive_free": drive_free, "drives0": drives0, "phi0": phi_arm, "friction_arm": friction_arm,
+        "J_prior_inv": np.linalg.inv(np.asarray(log_cholesky_to_pseudo_inertia(theta_prior))),
+        "logdet_prior": 2.0 * (4.0 * theta_prior[:, 0] + theta_prior[:, 1:4].sum(axis=1)),
+        "drives_prior_raw": drive_raw(drives_prior), "sigmoid_prior_raw": sigmoid_raw(phi_prior),
+        "lam": np.float64(regularization), "bounds": _bound_arrays(bounds)[1],
+    }
+    x = {
+        "links": jnp.asarray(np.concatenate([theta0[:, :7], com_free], axis=1)),
+        "drives": jnp.asarray(drive_raw(drives0)),
+        "sigmoid": jnp.asarray(sigmoid_raw(phi_arm)),
+    }
+    consts = jax.tree_util.tree_map(jnp.asarray, consts)
+
+    v = _flatten(x)
+    history, converged, gnorm = [], False, float("nan")
+    message = f"stopped after max_steps = {max_steps} iterations"
+    k = 0
+    while k < int(max_steps) and not converged:
+        # A segment: precondition with the Hessian at v, then L-BFGS from y = 0 (restarted every
+        # restart_every iterations, so the scaling follows the nonlinear map).
+        T = _preconditioner(v, consts, cfg)
+        y = jnp.zeros_like(v)
+        state = _solver(cfg.memory_size).init(y)
+        for _ in range(min(int(restart_every), int(max_steps) - k)):
+            y_new, state_new, value, g = _step(y, state, v, T, consts, cfg)
+            value, g = float(value), float(g)
+            if not np.isfinite(value):
+                message = f"the objective became {value} at iteration {k}; stopped at the last finite point"
+                k = int(max_steps)
+                break
+            history.append(value)
+            gnorm = g
+            if verbose and k % 50 == 0:
+                print(f"fit_consistent: iteration {k}: objective {value:.6g}, |grad| {gnorm:.3g}")
+            if g <= tol:
+                converged, message = True, f"preconditioned gradient norm {g:.3g} <= tol after {k} iterations"
+                break
+            y, state, k = y_new, state_new, k + 1
+            if len(history) > 5 and history[-6] - history[-1] <= tol * max(abs(history[-1]), 1e-300):
+                converged = True
+                message = f"objective decreased by less than tol = {tol:g} (relative) over 5 iterations ({k} iterations)"
+                break
+        v = v + T @ y
+    data_loss, reg_loss, pi, phi = _finish(v, consts, cfg)
+    data_loss, reg_loss = float(data_loss), float(reg_loss)
+    history.append(data_loss + reg_loss)
+    fitted = arm_with_parameters(arm, pi)
+    fitted = fitted.replace(drives=dataclasses.replace(fitted.drives, sigmoid_friction=phi))
+    fitted = jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), fitted)
+    return ConsistentFit(
+        arm=fitted,
+        parameters=np.asarray(standard_parameters(fitted), dtype=np.float64),
+        rmse=torque_rmse(tau, predict_torques(fitted, q, qd, qdd)),
+        rmse_prior=torque_rmse(tau, predict_torques(prior, q, qd, qdd)),
+        loss_history=np.asarray(history),
+        data_loss=data_loss,
+        regularization_loss=reg_loss,
+        consistency=consistency_report(fitted),
+        converged=converged,
+        iterations=len(history) - 1,
+        message=message,
+        gradient_norm=gnorm,
+        joint_weights=w,
+        friction=friction,
+        regularization=float(regularization),
+        com_bounds=bounds,
+    )

@@ -1,0 +1,113 @@
+"""Fixed-step integrators for second-order systems qdd = f(t, q, qd).
+
+Each integrator is a step function ``step(f, t, q, qd, dt) -> (q_next, qd_next, qdd)``, where
+``qdd`` is the acceleration at the start of the step. Pass one to :func:`jaxarm.rollout` by name
+(``method="rk3"``) or as the function itself. The Runge-Kutta methods exist twice: written out
+(:func:`rk3`, :func:`rk4`, readable, the stages traced one after the other) and as a loop over
+the stages (:func:`explicit_rk`; ``"rk3"``/``"rk4"`` by name), which compiles the dynamics once.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def rk3(f, t, q, qd, dt):
+    """Kutta's third-order method (Swartz's Runge-Kutta step; Kutta 1901):
+    k1 = F(x), k2 = F(x + h/2 k1), k3 = F(x + h (2 k2 - k1)), x+ = x + h/6 (k1 + 4 k2 + k3),
+    applied to x = (q, qd), F = (qd, qdd)."""
+    a1 = f(t, q, qd)
+    q2, qd2 = q + 0.5 * dt * qd, qd + 0.5 * dt * a1
+    a2 = f(t + 0.5 * dt, q2, qd2)
+    q3, qd3 = q + dt * (2.0 * qd2 - qd), qd + dt * (2.0 * a2 - a1)  # c3 = qd + h (2 k2 - k1) (Kutta's third stage)
+    a3 = f(t + dt, q3, qd3)
+    q_next = q + dt / 6.0 * (qd + 4.0 * qd2 + qd3)
+    qd_next = qd + dt / 6.0 * (a1 + 4.0 * a2 + a3)
+    return q_next, qd_next, a1
+
+
+def rk4(f, t, q, qd, dt):
+    """Classical fourth-order Runge-Kutta."""
+    a1 = f(t, q, qd)
+    q2, qd2 = q + 0.5 * dt * qd, qd + 0.5 * dt * a1
+    a2 = f(t + 0.5 * dt, q2, qd2)
+    q3, qd3 = q + 0.5 * dt * qd2, qd + 0.5 * dt * a2
+    a3 = f(t + 0.5 * dt, q3, qd3)
+    q4, qd4 = q + dt * qd3, qd + dt * a3
+    a4 = f(t + dt, q4, qd4)
+    q_next = q + dt / 6.0 * (qd + 2.0 * qd2 + 2.0 * qd3 + qd4)
+    qd_next = qd + dt / 6.0 * (a1 + 2.0 * a2 + 2.0 * a3 + a4)
+    return q_next, qd_next, a1
+
+
+def euler(f, t, q, qd, dt):
+    """Explicit Euler as in Craig 6.117: qd+ = qd + qdd dt, q+ = q + qd dt + qdd dt^2 / 2,
+    both from values at time t."""
+    a = f(t, q, qd)
+    return q + qd * dt + 0.5 * a * dt * dt, qd + a * dt, a
+
+
+def semi_implicit_euler(f, t, q, qd, dt):
+    """Symplectic (semi-implicit) Euler: qd+ = qd + qdd dt, then q+ = q + qd+ dt."""
+    a = f(t, q, qd)
+    qd_next = qd + a * dt
+    return q + qd_next * dt, qd_next, a
+
+
+def explicit_rk(c, A, b):
+    """The explicit Runge-Kutta step with Butcher tableau (c, A, b) written as a loop over its
+    stages (``jax.lax.scan``), so the dynamics ``f`` is traced and compiled once instead of once
+    per stage: stage i evaluates f at x + dt sum_j A[i][j] k_j (j < i), x = (q, qd), k_j = (qd_j, a_j);
+    the step is x + dt sum_i b_i k_i (Hairer, Norsett & Wanner, Solving ODEs I, II.1 eq. 1.8).
+    Equal to the unrolled form (e.g. :func:`rk3`) up to rounding."""
+    c, A, b = (np.asarray(x, float) for x in (c, A, b))
+    s = len(b)
+    if A.shape != (s, s) or c.shape != (s,) or np.any(np.triu(A) != 0):
+        raise ValueError(f"explicit_rk: expected c (s,), strictly lower-triangular A (s, s), b (s,); got {c.shape}, {A.shape}, {b.shape}")
+
+    def step(f, t, q, qd, dt):
+        q, qd = jnp.asarray(q), jnp.asarray(qd)
+        q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
+        A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
+
+        def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
+            qi, qdi = q, qd
+            for j in range(s - 1):  # elementwise (no dot, no stacking: fuses under vmap)
+                qi, qdi = qi + (dt * A_[i, j]) * K[j][0], qdi + (dt * A_[i, j]) * K[j][1]
+            a = jnp.asarray(f(t + c_[i] * dt, qi, qdi), q.dtype)
+            return tuple((jnp.where(i == j, qdi, kq), jnp.where(i == j, a, ka)) for j, (kq, ka) in enumerate(K)), None
+
+        zero = jnp.zeros_like(q)
+        K, _ = jax.lax.scan(stage, tuple((zero, zero) for _ in range(s)), jnp.arange(s))
+        q_next = q + dt * sum(float(b[j]) * K[j][0] for j in range(s))
+        qd_next = qd + dt * sum(float(b[j]) * K[j][1] for j in range(s))
+        return q_next, qd_next, K[0][1]
+
+    return step
+
+
+# Kutta's third-order tableau (Kutta 1901): the stages of :func:`rk3`.
+KUTTA3 = ((0.0, 0.5, 1.0), ((0.0, 0.0, 0.0), (0.5, 0.0, 0.0), (-1.0, 2.0, 0.0)), (1 / 6, 4 / 6, 1 / 6))
+rk3_rolled = explicit_rk(*KUTTA3)
+rk3_rolled.__doc__ = "Kutta's third-order method (as :func:`rk3`) with its three stages in a loop: one dynamics to compile."
+# The classical fourth-order tableau: the stages of :func:`rk4`.
+CLASSICAL_RK4 = ((0.0, 0.5, 0.5, 1.0), ((0, 0, 0, 0), (0.5, 0, 0, 0), (0, 0.5, 0, 0), (0, 0, 1.0, 0)), (1 / 6, 1 / 3, 1 / 3, 1 / 6))
+rk4_rolled = explicit_rk(*CLASSICAL_RK4)
+rk4_rolled.__doc__ = "Classical fourth-order Runge-Kutta (as :func:`rk4`) with its four stages in a loop."
+
+# By name, "rk3" and "rk4" are the rolled forms: a 1000-step RK3 rollout of the Puma 560 compiles
+# ~2.5x faster and runs as fast or faster (tests/test_xla_options.py checks them against rk3, rk4).
+METHODS = {"rk3": rk3_rolled, "rk4": rk4_rolled, "euler": euler, "semi_implicit_euler": semi_implicit_euler}
+ORDER = {"rk3": 3, "rk4": 4, "euler": 1, "semi_implicit_euler": 1}
+
+
+def get_method(method):
+    """An integrator step by name, or the callable itself."""
+    if callable(method):
+        return method
+    try:
+        return METHODS[method]
+    except KeyError:
+        raise ValueError(f"method: expected one of {sorted(METHODS)} or a step function, got {method!r}") from None
