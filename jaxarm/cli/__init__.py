@@ -45,10 +45,11 @@ from .common import (
     _Parser,
     _protect_negative_numbers,
 )
-from .dynamics import _cmd_forward, _cmd_inverse
 from .export import _cmd_export
+from .forward import _cmd_forward
 from .identify import IDENTIFY_METHODS, _cmd_identify
 from .info import _cmd_info
+from .inverse import _cmd_inverse
 from .plot import _cmd_plot
 from .simulate import _cmd_simulate
 

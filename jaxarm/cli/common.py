@@ -195,3 +195,21 @@ class _Outputs:
             except FileNotFoundError:
                 pass
         self.pending = []
+
+
+def _state_vectors(args, arm):
+    q = _joint_vector(args.q, "--q", arm)
+    qd = _joint_vector(args.qd, "--qd", arm, default=0.0)
+    return q, qd
+
+
+def _print_joint_table(arm, columns):
+    """columns: list of (name, values (n,), unit for revolute joints, unit for prismatic joints)."""
+    kinds = set(arm.joint_types)
+
+    def unit(ur, up):
+        return ur if kinds == {"revolute"} else up if kinds == {"prismatic"} else f"{ur} | {up}"
+
+    headers = ["joint", "type"] + [f"{name} [{unit(ur, up)}]" for name, _, ur, up in columns]
+    rows = [[i + 1, arm.joint_types[i], *(f"{float(v[i]):.12g}" for _, v, _, _ in columns)] for i in range(arm.n)]
+    print(_table(headers, rows, indent=""))
