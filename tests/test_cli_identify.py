@@ -15,6 +15,7 @@ import jaxarm
 from jaxarm import cli
 from jaxarm import consistent_identification as ci
 from jaxarm.identification import predict_torques, torque_rmse
+from jaxarm.identify.selection import with_coulomb_scale
 from jaxarm.logs import load_log, preprocess_log
 
 RATE = 200.0  # Hz
@@ -78,10 +79,14 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fit.png", "identified.toml", "report.json"]  # no temporaries
     assert "physically consistent: yes" in stdout
     fitted = jaxarm.load_arm(out)
-    # the same fit in-process (deterministic) gives the same model as the file, to round-off
+    # the same fit in-process (deterministic) gives the same model as the file, to round-off, with
+    # the cutoff and Coulomb shape the command chose from the log (and reported)
+    rep = json.loads(report.read_text())
+    cutoff, scale = rep["preprocessing"]["cutoff"], rep["coulomb_velocity_scale"]
+    assert rep["selection"]["candidates"] and sum(c["chosen"] for c in rep["selection"]["candidates"]) == 1
     log = load_log(setup["log"], fitted)
-    fit_log = preprocess_log(log.slice(None, 2.2))
-    prior = jaxarm.load_arm(setup["arm"])
+    fit_log = preprocess_log(log.slice(None, 2.2), cutoff=cutoff)
+    prior = with_coulomb_scale(jaxarm.load_arm(setup["arm"]), scale)
     fit = ci.fit_consistent(prior, fit_log.q, fit_log.dq, fit_log.ddq, fit_log.tau, max_steps=60)
     rng = np.random.default_rng(2)
     states = rng.uniform(-2, 2, (3, 50, 2))
@@ -89,9 +94,8 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     a, b = np.asarray(f(fitted, *states)), np.asarray(f(fit.arm, *states))
     np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())
     # the report's RMSE are those of the file's arm on the fit / held-out samples
-    rep = json.loads(report.read_text())
     np.testing.assert_allclose(rep["rmse"]["fit"], torque_rmse(fit_log.tau, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq)), rtol=1e-9)
-    held = preprocess_log(log.slice(2.2, None), trim=0.0, filter_torque=False)
+    held = preprocess_log(log.slice(2.2, None), cutoff=cutoff, trim=0.0, filter_torque=False)
     np.testing.assert_allclose(rep["rmse"]["heldout"], torque_rmse(held.tau, predict_torques(fitted, held.q, held.dq, held.ddq)), rtol=1e-9)
     # the fit improved on the prior, and reaches the noise level (0.01 N m) within a small factor
     prior_rmse = torque_rmse(held.tau, predict_torques(prior, held.q, held.dq, held.ddq))
@@ -104,7 +108,14 @@ def test_report_content(setup, capsys, tmp_path):
                              "--report", str(report), "--method", "linear")
     assert code == 0, err
     rep = json.loads(report.read_text())
-    assert rep["method"] == "linear" and rep["samples"]["heldout"] == 0 and rep["rmse"]["heldout"] is None
+    assert rep["method"] == "linear"
+    # without --fit-until the last quarter is held out for the validation numbers, then the arm is
+    # refitted on the whole log (and the report says so)
+    assert rep["validation"]["refitted_on_all"] is True and 0.2 < rep["validation"]["heldout_fraction"] < 0.3
+    assert rep["samples"]["heldout"] > 0 and len(rep["rmse"]["heldout"]) == 2
+    assert all(r < 0.05 for r in rep["rmse"]["heldout"])  # noise 0.01
+    assert rep["samples"]["fit"] > rep["samples"]["heldout"] * 3  # the refit used the whole log
+    assert "refitted on the whole log" in stdout
     lin = rep["linear"]
     assert rep["condition_number"] == lin["condition_number"] > 1
     assert lin["rank"] == len(lin["base_parameters"]) > 0

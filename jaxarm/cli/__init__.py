@@ -154,11 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE.json", help="JSON report: RMSE per joint, condition number, standard deviations, consistency")
     p.add_argument("--plot", metavar="FILE.png", help="measured vs predicted torques (held-out part if any)")
     p.add_argument("--method", choices=IDENTIFY_METHODS, default="consistent", help="default consistent")
-    p.add_argument("--fit-until", metavar="T", help="fit on t < T, report held-out RMSE on t >= T (default: fit on all)")
-    p.add_argument("--friction", choices=["viscous-coulomb", "sigmoid"], default="viscous-coulomb",
-                   help="friction model to fit (consistent method; default viscous-coulomb)")
+    p.add_argument("--fit-until", metavar="T", help="fit on t < T, report held-out RMSE on t >= T (default: hold out the last "
+                   "quarter for the report's validation errors, then refit the arm on the whole log)")
+    p.add_argument("--fit-from", metavar="T", help="fit on t >= T, report held-out RMSE on t < T (the first part held out)")
+    p.add_argument("--friction", choices=["viscous-coulomb", "sigmoid"], default=None,
+                   help="friction model to fit (consistent method; default viscous-coulomb, with the Coulomb shape chosen "
+                   "from the data unless --cutoff is given)")
     p.add_argument("--rate", metavar="HZ", help="resample to this uniform rate (default: the log's median rate)")
-    p.add_argument("--cutoff", metavar="HZ", help="zero-phase Butterworth low-pass of q, dq, tau before differentiating (default none)")
+    p.add_argument("--cutoff", metavar="HZ", help="zero-phase Butterworth low-pass of q, dq, tau before differentiating, or 'none' "
+                   "(default: chosen from the log by blocked cross-validation, with the Coulomb friction shape)")
     p.add_argument("--steps", metavar="N", help="L-BFGS iterations of the consistent fit (default 500)")
     p.add_argument("--regularization", default="1e-3", metavar="W", help="weight of the pull towards ARM's values (default 1e-3)")
     p.set_defaults(func=_cmd_identify)

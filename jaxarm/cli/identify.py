@@ -6,6 +6,8 @@ import os
 import sys
 import warnings
 
+import numpy as np
+
 from .common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -19,6 +21,7 @@ from .common import (
 )
 
 IDENTIFY_METHODS = ("consistent", "linear")
+VALIDATION_FRACTION = 0.25  # held out at the end of the log when no --fit-until is given
 
 
 def _identify_plot(fmt, t, measured, predicted, label):
@@ -53,6 +56,7 @@ def _cmd_identify(args) -> int:
     from ..identify.fit import identify_linear, predict_torques, torque_rmse
     from ..identify.linear_model import IdentificationError
     from ..identify.logs import LogError, load_log, preprocess_log
+    from ..identify.selection import select_preprocessing, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
 
@@ -70,8 +74,12 @@ def _cmd_identify(args) -> int:
     if regularization < 0:
         raise CommandError(f"--regularization: expected a weight >= 0, got {regularization:g}")
     rate = _positive(args.rate, "--rate", "a sample rate [Hz]") if args.rate is not None else None
-    cutoff = _positive(args.cutoff, "--cutoff", "a cutoff frequency [Hz]") if args.cutoff is not None else None
+    no_filter = args.cutoff is not None and str(args.cutoff).strip().lower() == "none"
+    cutoff = None if args.cutoff is None or no_filter else _positive(args.cutoff, "--cutoff", "a cutoff frequency [Hz] or 'none'")
     fit_until = _numbers(args.fit_until, "--fit-until")[0] if args.fit_until is not None else None
+    fit_from = _numbers(args.fit_from, "--fit-from")[0] if args.fit_from is not None else None
+    if fit_until is not None and fit_from is not None:
+        raise CommandError("--fit-until, --fit-from: give one of them (fit before T, or fit from T on)")
     if args.plot:
         from .plotting import require_matplotlib
 
@@ -90,49 +98,98 @@ def _cmd_identify(args) -> int:
     where = os.path.basename(args.log)
     if raw.tau is None:
         raise CommandError(f"{where}: no torque columns (tau1..tau{arm.n}): identification fits the parameters to measured joint torques")
-    fit_raw, held_raw = (raw, None) if fit_until is None else raw.split(fit_until)
-    if held_raw is not None and len(held_raw) == 0:
-        raise CommandError(f"--fit-until: {fit_until:g} s is after the log's last sample (t = {raw.t[-1]:g} s): nothing is held out")
-    preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto")
-    try:
-        if len(fit_raw) < 3:
-            raise LogError(f"{where}: only {len(fit_raw)} samples before --fit-until {fit_until:g} s")
-        fit_log = preprocess_log(fit_raw, **preprocessing)
-        held = None if held_raw is None else preprocess_log(held_raw, **preprocessing, trim=0.0, filter_torque=False)
-    except LogError as exc:
-        raise CommandError(f"cannot identify from {where}: {_one_line(exc)}") from None
-
-    # The linear (base-parameter) fit: identifiability check, condition number, standard deviations.
-    try:
-        linear = identify_linear(arm, fit_log)
-    except IdentificationError as exc:
-        raise CommandError(f"cannot identify {arm.name} from {where}: {_one_line(exc)}") from None
-    if args.method == "linear":
-        fitted, optimizer = linear.arm, None
+    # Without --fit-until the last quarter is held out to report validation errors, and the arm
+    # file is then refitted on the whole log with the same choices.
+    refit = fit_until is None and fit_from is None
+    if fit_from is not None:
+        split_at = fit_from
+        held_raw, fit_raw = raw.split(fit_from)
+        if len(held_raw) == 0:
+            raise CommandError(f"--fit-from: {fit_from:g} s is at or before the log's first sample (t = {raw.t[0]:g} s): nothing is held out")
     else:
+        split_at = raw.t[0] + (1.0 - VALIDATION_FRACTION) * raw.duration if refit else fit_until
+        fit_raw, held_raw = raw.split(split_at)
+        if len(held_raw) == 0:
+            raise CommandError(f"--fit-until: {fit_until:g} s is after the log's last sample (t = {raw.t[-1]:g} s): nothing is held out")
+    if refit and min(len(fit_raw), len(held_raw)) < 3:
+        raise CommandError(f"cannot identify from {where}: the log is too short ({len(raw)} samples) to hold out its last "
+                           "quarter for validation; log a longer motion")
+    if len(fit_raw) < 3:
+        raise CommandError(f"cannot identify from {where}: only {len(fit_raw)} samples to fit (split at t = {split_at:g} s): too short")
+
+    start = arm
+    choice = None
+    notes = []  # printed once the identification has succeeded (a refusal is one line)
+    if args.cutoff is None:  # chosen from the data (the training part only)
+        try:
+            choice = select_preprocessing(arm, fit_raw, rate=rate)
+        except (IdentificationError, ValueError) as exc:
+            notes.append(f"no filter: the log cannot choose a cutoff by cross-validation ({_one_line(exc)}); give --cutoff HZ")
+        else:
+            cutoff = choice.cutoff
+            start = with_coulomb_scale(arm, choice.coulomb_scale)
+            notes.append(choice.reason())
+    friction = args.friction or "viscous-coulomb"
+    if args.method == "linear" and friction == "sigmoid":
+        raise CommandError("--friction sigmoid: the sigmoid model is not linear in its parameters; use --method consistent "
+                           "(--method linear keeps the arm's own sigmoid friction as known)")
+    preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto")
+
+    def preprocess(part, **extra):
+        try:
+            return preprocess_log(part, **preprocessing, **extra)
+        except LogError as exc:
+            raise CommandError(f"cannot identify from {where}: {_one_line(exc)}") from None
+
+    def fit(log):
+        """The linear fit (identifiability, condition number, standard deviations), then the method's fit."""
+        try:
+            linear = identify_linear(start, log)
+        except IdentificationError as exc:
+            raise CommandError(f"cannot identify {arm.name} from {where}: {_one_line(exc)}") from None
+        if args.method == "linear":
+            return linear, linear.arm, None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ci.PriorNudgedWarning)
-            fit = ci.fit_consistent(arm, fit_log.q, fit_log.dq, fit_log.ddq, fit_log.tau, friction=args.friction,
-                                    regularization=regularization, max_steps=steps)
+            result = ci.fit_consistent(start, log.q, log.dq, log.ddq, log.tau, friction=friction,
+                                       regularization=regularization, max_steps=steps)
         for w in caught:
             print(f"jaxarm: warning: {_one_line(w.message)}", file=sys.stderr)
-        fitted = fit.arm
-        optimizer = {"iterations": fit.iterations, "converged": fit.converged, "message": fit.message,
-                     "regularization": regularization, "loss_history_first_last": [float(fit.loss_history[0]), float(fit.loss_history[-1])]}
+        optimizer = {"iterations": result.iterations, "converged": result.converged, "message": result.message,
+                     "regularization": regularization,
+                     "loss_history_first_last": [float(result.loss_history[0]), float(result.loss_history[-1])]}
+        return linear, result.arm, optimizer
+
+    fit_log = preprocess(fit_raw)
+    held = preprocess(held_raw, trim=0.0, filter_torque=False)
+    linear, fitted, optimizer = fit(fit_log)
+    rmse_held = torque_rmse(held.tau, predict_torques(fitted, held.q, held.dq, held.ddq))
+    if refit:
+        fit_log = preprocess(raw)
+        linear, fitted, optimizer = fit(fit_log)
     fitted = fitted.replace(name=f"{arm.name}-identified")
+    for note in notes:
+        print(f"jaxarm: {where}: {note}", file=sys.stderr)
 
     rmse_fit = torque_rmse(fit_log.tau, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq))
-    rmse_held = None if held is None else torque_rmse(held.tau, predict_torques(fitted, held.q, held.dq, held.ddq))
     consistency = consistency_report(fitted)
     report = {
         "log": os.path.abspath(args.log),
         "arm": arm.name,
         "method": args.method,
-        "friction": args.friction if args.method == "consistent" else "viscous-coulomb (linear)",
+        "friction": friction if args.method == "consistent" else "viscous-coulomb (linear)",
+        "coulomb_velocity_scale": float(np.max(np.asarray(start.drives.coulomb_velocity_scale))),
         "fit_until": fit_until,
+        "fit_from": fit_from,
+        "validation": {"split_at": float(split_at), "heldout": "before" if fit_from is not None else "after",
+                       "heldout_fraction": float(len(held_raw) / len(raw)),
+                       "refitted_on_all": refit,
+                       "how": ("default: the last quarter held out, then the arm refitted on the whole log" if refit
+                               else "--fit-from: fitted on t >= T only" if fit_from is not None else "--fit-until: fitted on t < T only")},
+        "selection": None if choice is None else {"reason": choice.reason(), "folds": choice.folds, "candidates": choice.table()},
         "preprocessing": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in fit_log.info.items()},
-        "samples": {"fit": len(fit_log), "heldout": 0 if held is None else len(held)},
-        "rmse": {"fit": rmse_fit.tolist(), "heldout": None if rmse_held is None else rmse_held.tolist(),
+        "samples": {"fit": len(fit_log), "heldout": len(held)},
+        "rmse": {"fit": rmse_fit.tolist(), "heldout": rmse_held.tolist(),
                  "heldout_torque": "measured (not filtered)", "fit_torque": "filtered like q and dq" if cutoff else "as logged"},
         "linear": linear.report(),
         "condition_number": linear.condition_number,
@@ -141,7 +198,7 @@ def _cmd_identify(args) -> int:
         "consistent": all(r.ok or r.massless for r in consistency.values()),
     }
     comment = (f"{fitted.name}: identified by 'jaxarm identify' ({args.method}) from {where}"
-               + (f" (t < {fit_until:g} s)" if fit_until is not None else ""))
+               + (f" (t < {fit_until:g} s)" if fit_until is not None else f" (t >= {fit_from:g} s)" if fit_from is not None else ""))
     text = arm_to_toml(fitted, comment=comment)
     files = _Outputs()
     try:
@@ -149,20 +206,26 @@ def _cmd_identify(args) -> int:
         if args.report:
             files.write(args.report, lambda f: f.write((json.dumps(report, indent=2) + "\n").encode("utf-8")))
         if args.plot:
-            shown = held if held is not None else fit_log
+            shown = held
             fmt = os.path.splitext(args.plot)[1].lstrip(".").lower() or "png"
             files.write(args.plot, _identify_plot(fmt, shown.t, shown.tau,
                                                   predict_torques(fitted, shown.q, shown.dq, shown.ddq),
-                                                  "held-out part" if held is not None else "fitted part"))
+                                                  "held-out part" + (", model fitted before it" if refit else "")))
         files.commit()
     except OSError as exc:
         raise CommandError(f"cannot write the results: {_one_line(exc)}", EXIT_FAILURE) from None
     finally:
         files.discard()
 
-    print(f"{arm.name}: identified from {where} ({args.method}; {len(fit_log)} samples"
-          + (f", held out t >= {fit_until:g} s" if fit_until is not None else "") + ")")
-    rows = [[j + 1, f"{rmse_fit[j]:.4g}", "-" if rmse_held is None else f"{rmse_held[j]:.4g}"] for j in range(arm.n)]
+    print(f"{arm.name}: identified from {where} ({args.method}, {friction} friction; {len(fit_log)} samples)")
+    if refit:
+        print(f"validation: fitted on t < {split_at:.4g} s, held out t >= {split_at:.4g} s ({len(held)} samples); "
+              "the arm file is then refitted on the whole log (give --fit-until T to fit on t < T only)")
+    elif fit_from is not None:
+        print(f"validation: fitted on t >= {split_at:.4g} s, held out t < {split_at:.4g} s ({len(held)} samples)")
+    else:
+        print(f"validation: fitted on t < {split_at:.4g} s, held out t >= {split_at:.4g} s ({len(held)} samples)")
+    rows = [[j + 1, f"{rmse_fit[j]:.4g}", f"{rmse_held[j]:.4g}"] for j in range(arm.n)]
     print(_table(["joint", "RMSE fit", "RMSE held-out"], rows, indent=""))
     print(f"base regressor: rank {linear.rank}, condition number {linear.condition_number:.4g}")
     bad = [label for label, r in consistency.items() if not (r.ok or r.massless)]

@@ -1,0 +1,161 @@
+"""Choices made from the data: the low-pass cutoff and the Coulomb friction shape, by blocked
+cross-validation in time.
+
+A log's accelerations come from differentiating filtered velocities, so the filter's cutoff decides
+how much sensor noise reaches the fit: too high and the noise drowns the inertial terms, too low
+and the filter removes real motion (and its phase-free smoothing blurs the friction switch at
+velocity reversals). Which cutoff is right depends on the arm, the trajectory and the sensors; it
+is chosen here by how well a model fitted with it predicts torques it has not seen:
+
+1. The log is resampled to a uniform rate once; for every candidate cutoff it is filtered
+   (zero-phase Butterworth, :func:`jaxarm.preprocess_log`) and differentiated.
+2. For every candidate Coulomb shape (exact ``sign(qd)``, or ``tanh(qd / s)`` for a few velocity
+   scales s, the smooth shape of real joints' friction near rest) the regressor of the linear
+   model (links and drives, :func:`jaxarm.regressor`) is computed.
+3. Blocked cross-validation in time (Bergmeir & Benitez 2012; Racine 2000's hv-block): the samples
+   are cut into ``folds`` contiguous blocks; each block in turn is predicted by a least-squares fit
+   on the others, with a gap of ``order / cutoff`` seconds (the filter's memory) left out on both
+   sides of the block so no filtered sample that saw the block reaches the fit. The fit uses the
+   filtered torques, each joint scaled by its torque's RMS; the prediction is compared with the
+   *measured, unfiltered* torques of the block.
+4. The score is the mean over joints of the validation RMSE relative to each joint's RMS torque;
+   the candidate with the lowest score wins. Every candidate's numbers are kept for the report.
+
+Random splits of a time series would leak neighbouring, nearly equal samples into the validation
+set and favour noise-fitting; contiguous blocks with gaps do not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..model.arm import Arm
+from .linear_model import IdentificationError, known_torques, regressor
+from .logs import Log, LogError, preprocess_log
+
+CUTOFFS = (2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0)  # Hz, candidates below the Nyquist rate / 4
+COULOMB_SCALES = (0.0, 0.01, 0.03, 0.1)  # rad/s (m/s): 0 = exact sign(qd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One preprocessing candidate and its cross-validated error: ``rmse`` (n,) validation RMSE
+    per joint [N m] (all folds pooled), ``score`` the mean of rmse / RMS(tau) over joints."""
+
+    cutoff: float | None
+    coulomb_scale: float
+    rmse: np.ndarray
+    score: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessingChoice:
+    """The chosen cutoff and Coulomb shape, with every candidate's validation error."""
+
+    cutoff: float | None
+    coulomb_scale: float
+    order: int
+    rate: float
+    folds: int
+    candidates: tuple
+
+    @property
+    def best(self) -> Candidate:
+        return min(self.candidates, key=lambda c: c.score)
+
+    def reason(self) -> str:
+        """One sentence: what was chosen and by how much it beat the alternatives."""
+        best = self.best
+        by_cutoff = {}
+        for c in self.candidates:
+            if c.cutoff not in by_cutoff or c.score < by_cutoff[c.cutoff].score:
+                by_cutoff[c.cutoff] = c
+        filtered = sorted(c for c in by_cutoff if c is not None)
+        shape = "exact sign(qd)" if best.coulomb_scale == 0 else f"tanh(qd / {best.coulomb_scale:g})"
+        chosen = "no filter" if best.cutoff is None else f"cutoff {best.cutoff:g} Hz (order {self.order}, zero phase)"
+        others = [f"{name}: {by_cutoff[c].score:.4f}" for name, c in
+                  ([(f"at {filtered[0]:g} Hz", filtered[0]), (f"at {filtered[-1]:g} Hz", filtered[-1])] if filtered else [])
+                  + ([("no filter", None)] if None in by_cutoff else []) if c != best.cutoff]
+        return (f"{chosen} and Coulomb shape {shape}, chosen by {self.folds}-fold blocked cross-validation in time: "
+                f"relative validation error {best.score:.4f}" + (f" ({', '.join(others)})" if others else ""))
+
+    def table(self) -> list[dict]:
+        """Every candidate as a JSON-able dict (for reports)."""
+        return [{"cutoff_hz": c.cutoff, "coulomb_scale": c.coulomb_scale, "score": c.score,
+                 "validation_rmse": [float(x) for x in c.rmse], "chosen": c is self.best} for c in self.candidates]
+
+
+def with_coulomb_scale(arm: Arm, scale: float) -> Arm:
+    """``arm`` with every joint's Coulomb friction shaped by tanh(qd / scale) (0: exact sign)."""
+    drives = dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, float(scale)))
+    return arm.replace(drives=drives)
+
+
+def select_preprocessing(
+    arm: Arm,
+    log: Log,
+    *,
+    rate=None,
+    cutoffs=CUTOFFS,
+    coulomb_scales=COULOMB_SCALES,
+    folds: int = 5,
+    order: int = 4,
+    samples_per_second: float = 500.0,
+) -> PreprocessingChoice:
+    """Choose the low-pass cutoff and the Coulomb shape for identifying ``arm`` from ``log`` (which
+    needs ``tau``) by blocked cross-validation (module docstring). ``rate``: the uniform rate to
+    resample to (default the log's median rate); cutoffs at or above rate / 4 are skipped.
+    ``samples_per_second``: the fits use every k-th sample, k = rate / samples_per_second (the
+    filtered signals hold nothing above the cutoff, so this loses no information).
+    """
+    if not isinstance(log, Log) or log.tau is None:
+        raise IdentificationError("select_preprocessing: log: expected a jaxarm Log with torques (tau1..taun)")
+    if not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"select_preprocessing: folds: expected an integer >= 2, got {folds!r}")
+    rate = float(log.sample_rate if rate is None else rate)
+    usable = [float(c) for c in cutoffs if c is not None and 0 < c < rate / 4]
+    usable.append(None)  # no filter at all: right for clean logs (simulated, or exact velocities)
+    measured = preprocess_log(log, rate=rate, cutoff=None, trim=0.0, filter_torque=False)
+    N = len(measured)
+    step = max(1, int(round(rate / samples_per_second)))
+    scale_tau = np.sqrt(np.mean(measured.tau**2, axis=0))
+    scale_tau = np.where(scale_tau > 0, scale_tau, 1.0)
+    candidates = []
+    for cutoff in usable:
+        try:
+            filtered = preprocess_log(log, rate=rate, cutoff=cutoff, order=order, trim=0.0)
+        except LogError:
+            continue  # too few samples for this filter
+        if len(filtered) != N:  # pragma: no cover - both come from the same uniform grid
+            raise IdentificationError("select_preprocessing: filtered and measured logs differ in length")
+        memory = 2.0 / rate if cutoff is None else order / cutoff  # seconds a sample's value depends on around it
+        edge = int(np.ceil(memory * rate))  # the filter's start-up transient at both ends
+        keep = np.arange(edge, N - edge, step)
+        if keep.size < 20 * folds:  # too short for this cutoff's transients (low cutoffs have long ones)
+            continue
+        gap = memory * rate  # samples of filter memory on either side of a validation block
+        blocks = np.array_split(np.arange(keep.size), folds)
+        q, dq, ddq, tau_f = (x[keep] for x in (filtered.q, filtered.dq, filtered.ddq, filtered.tau))
+        tau_m = measured.tau[keep]
+        for s in coulomb_scales:
+            arm_s = with_coulomb_scale(arm, s)
+            Y = np.asarray(regressor(arm_s, q, dq, ddq)) / scale_tau[None, :, None]
+            known = np.asarray(known_torques(arm_s, q, dq, ddq))
+            target = (tau_f - known) / scale_tau
+            sq = np.zeros(arm.n)
+            for b in blocks:
+                lo, hi = keep[b[0]] - gap, keep[b[-1]] + gap
+                train = (keep < lo) | (keep > hi)
+                A = Y[train].reshape(-1, Y.shape[-1])
+                pi, *_ = np.linalg.lstsq(A, target[train].reshape(-1), rcond=1e-10)
+                pred = np.einsum("kjp,p->kj", Y[b], pi) * scale_tau + known[b]
+                sq += np.sum((pred - tau_m[b]) ** 2, axis=0)
+            rmse = np.sqrt(sq / keep.size)
+            candidates.append(Candidate(cutoff, float(s), rmse, float(np.mean(rmse / scale_tau))))
+    if not candidates:
+        raise IdentificationError(f"select_preprocessing: the log ({log.duration:.3g} s) is too short for {folds}-fold "
+                                  f"cross-validation at any cutoff of {tuple(usable)} Hz")
+    best = min(candidates, key=lambda c: c.score)
+    return PreprocessingChoice(best.cutoff, best.coulomb_scale, order, rate, folds, tuple(candidates))
