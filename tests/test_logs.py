@@ -294,3 +294,36 @@ def test_panda_log_load_preprocess_and_identify():
     print(json.dumps({"panda_linear_ols": {"fit_rmse": np.round(result.rmse, 4).tolist(), "held_out_rmse": np.round(rmse, 4).tolist(),
                                            "rank": result.rank, "condition_number": round(result.condition_number, 2)}}))
     assert np.all(rmse < 0.5 * rms)  # a real fit, far better than predicting zero
+
+
+def test_gaps_split_the_log_and_nothing_is_interpolated_across_them():
+    """Two runs concatenated with a 2 s hole: each is filtered and differentiated alone, so the
+    result equals preprocessing the runs separately, and no sample falls inside the hole."""
+    rate, n = 200.0, 2
+    t1 = np.arange(0.0, 4.0, 1 / rate)
+    t2 = np.arange(6.0, 10.0, 1 / rate)
+    def run(t, phase):
+        q = np.stack([np.sin(1.3 * t + phase), np.cos(0.7 * t - phase)], axis=1)
+        dq = np.stack([1.3 * np.cos(1.3 * t + phase), -0.7 * np.sin(0.7 * t - phase)], axis=1)
+        return Log(t=t, q=q, dq=dq, tau=2.0 * q)
+    a, b = run(t1, 0.0), run(t2, 2.0)  # the second run starts somewhere else: a jump a resampler would bridge
+    joined = Log(t=np.concatenate([t1, t2]), q=np.concatenate([a.q, b.q]), dq=np.concatenate([a.dq, b.dq]),
+                 tau=np.concatenate([a.tau, b.tau]), source="joined")
+    assert joined.gaps().tolist() == [len(t1) - 1] and [len(s) for s in joined.segments()] == [len(t1), len(t2)]
+    out = preprocess_log(joined, cutoff=5.0)
+    parts = [preprocess_log(x, cutoff=5.0) for x in (a, b)]
+    assert out.info["segments"] == 2 and out.info["segment_starts"] == [0, len(parts[0])]
+    assert not np.any((out.t > 4.0) & (out.t < 6.0))
+    for c in ("q", "dq", "ddq", "tau"):
+        np.testing.assert_array_equal(getattr(out, c), np.concatenate([getattr(p, c) for p in parts]))
+    # bridging the gap (what a single resampling would do) would have changed the accelerations
+    bridged = preprocess_log(joined, cutoff=5.0, max_gap=np.inf)
+    assert bridged.info["segments"] == 1 and np.any((bridged.t > 4.0) & (bridged.t < 6.0))
+
+
+def test_jitter_is_not_a_gap():
+    rng = np.random.default_rng(0)
+    t = np.cumsum(rng.uniform(0.7e-3, 8.8e-3 / 8, 3000))  # steps of 0.7..1.1 ms, like the Panda log
+    t[1500:] += 8e-3  # one 8.8 ms step: dropped samples, still jitter at 1 kHz
+    log = Log(t=t, q=np.sin(t)[:, None])
+    assert log.gaps().size == 0 and len(log.segments()) == 1

@@ -187,7 +187,7 @@ def _cmd_identify(args) -> int:
                        "how": ("default: the last quarter held out, then the arm refitted on the whole log" if refit
                                else "--fit-from: fitted on t >= T only" if fit_from is not None else "--fit-until: fitted on t < T only")},
         "selection": None if choice is None else {"reason": choice.reason(), "folds": choice.folds, "candidates": choice.table()},
-        "preprocessing": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else str(v)) for k, v in fit_log.info.items()},
+        "preprocessing": {k: (v if isinstance(v, (int, float, str, bool, type(None), list)) else str(v)) for k, v in fit_log.info.items()},
         "samples": {"fit": len(fit_log), "heldout": len(held)},
         "rmse": {"fit": rmse_fit.tolist(), "heldout": rmse_held.tolist(),
                  "heldout_torque": "measured (not filtered)", "fit_torque": "filtered like q and dq" if cutoff else "as logged"},

@@ -104,6 +104,20 @@ class Log:
             keep &= self.t < t_stop
         return self._take(keep)
 
+    def gaps(self, max_gap=None) -> np.ndarray:
+        """Indices i where the time step t[i+1] - t[i] exceeds ``max_gap`` seconds (default
+        :func:`default_max_gap`): dropped samples or concatenated runs, across which nothing may be
+        interpolated, filtered or differentiated."""
+        if len(self) < 2:
+            return np.zeros(0, dtype=int)
+        limit = default_max_gap(self) if max_gap is None else float(max_gap)
+        return np.flatnonzero(np.diff(self.t) > limit)
+
+    def segments(self, max_gap=None) -> list["Log"]:
+        """The log cut at its gaps (:meth:`gaps`) into contiguous parts, in time order."""
+        edges = [0, *(self.gaps(max_gap) + 1).tolist(), len(self)]
+        return [self._take(slice(a, b)) for a, b in zip(edges[:-1], edges[1:])]
+
     def split(self, t) -> tuple["Log", "Log"]:
         """(samples with time < t, samples with time >= t): e.g. fit and held-out parts."""
         return self.slice(None, t), self.slice(t, None)
@@ -293,6 +307,16 @@ def save_log(log: Log, path) -> Path:
 # Preprocessing
 
 
+GAP_STEPS = 20  # a time step longer than this many median steps ...
+GAP_SECONDS = 0.02  # ... and than this is a gap, not jitter
+
+
+def default_max_gap(log: Log) -> float:
+    """The longest time step [s] that is still jitter, not a gap: ``GAP_STEPS`` median steps, and
+    at least ``GAP_SECONDS`` (interpolating over 20 ms changes nothing below 10 Hz)."""
+    return max(GAP_STEPS / log.sample_rate, GAP_SECONDS)
+
+
 def default_trim(cutoff, order: int = 4, rate=None) -> float:
     """Seconds removed at each end by default: ``order / cutoff`` with a filter -- by then the
     forward-backward Butterworth's edge error on a pass-band signal with non-zero value and slope
@@ -324,6 +348,7 @@ def preprocess_log(
     trim=None,
     decimate: int = 1,
     filter_torque: bool = True,
+    max_gap=None,
 ) -> Log:
     """Uniform rate, zero-phase low-pass, velocities and accelerations, trimmed ends, decimation.
 
@@ -339,6 +364,12 @@ def preprocess_log(
         filter, else two samples for the one-sided end differences).
     decimate: keep every k-th sample after filtering and differentiating (the cutoff should be
         below the new Nyquist rate, rate / (2 k); a warning says when it is not).
+    max_gap: a log with gaps in time longer than this [s] (default :func:`default_max_gap`;
+        dropped samples, concatenated runs) is cut there into segments, each resampled, filtered,
+        differentiated and trimmed on its own, and the results are concatenated: nothing is
+        interpolated or filtered across a gap. Segments too short for the filter and the trim are
+        left out with a warning. ``info["segments"]`` counts them, ``info["segment_starts"]``
+        gives the index where each begins in the result.
     Everything is recorded in the returned log's ``info``.
     """
     from scipy import signal
@@ -356,6 +387,28 @@ def preprocess_log(
         raise LogError(f"{where}: preprocess_log: needs at least 3 samples, got {len(log)}")
     if rate is None:
         rate = log.sample_rate
+    gaps = log.gaps(max_gap)
+    if gaps.size:
+        options = dict(rate=rate, cutoff=cutoff, order=order, velocity=velocity, trim=trim, decimate=decimate,
+                       filter_torque=filter_torque, max_gap=np.inf)
+        parts, dropped = [], []
+        for segment in log.segments(max_gap):
+            try:
+                parts.append(preprocess_log(segment, **options))
+            except LogError:
+                dropped.append((float(segment.t[0]), float(segment.t[-1])))
+        if dropped:
+            warnings.warn(f"{where}: preprocess_log: {len(dropped)} segment(s) between gaps too short to filter and trim, "
+                          f"left out: " + ", ".join(f"t = {a:g}..{b:g} s" for a, b in dropped[:5]), stacklevel=2)
+        if not parts:
+            raise LogError(f"{where}: preprocess_log: every segment between the log's {gaps.size} gap(s) is too short to "
+                           "filter and trim; log longer contiguous runs")
+        starts = np.cumsum([0] + [len(p) for p in parts[:-1]]).tolist()
+        info = dict(parts[0].info)
+        info.update(samples_in=len(log), samples_out=int(sum(len(p) for p in parts)), segments=len(parts),
+                    segment_starts=starts, gaps_at=[float(log.t[i]) for i in gaps], segments_left_out=len(dropped))
+        joined = {c: np.concatenate([getattr(p, c) for p in parts]) for c in parts[0].channels}
+        return Log(t=np.concatenate([p.t for p in parts]), source=log.source, info=info, **joined)
     if not (np.isfinite(rate) and rate > 0):
         raise ValueError(f"preprocess_log: rate: expected a positive sample rate [Hz], got {rate!r}")
     rate = float(rate)
@@ -416,5 +469,7 @@ def preprocess_log(
         filter_torque=bool(filter_torque),
         samples_in=len(log),
         samples_out=int(index.size),
+        segments=1,
+        segment_starts=[0],
     )
     return Log(t=t[index], source=log.source, info=info, **{c: x[index] for c, x in fields.items()})

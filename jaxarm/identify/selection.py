@@ -12,6 +12,8 @@ is chosen here by how well a model fitted with it predicts torques it has not se
 2. For every candidate Coulomb shape (exact ``sign(qd)``, or ``tanh(qd / s)`` for a few velocity
    scales s, the smooth shape of real joints' friction near rest) the regressor of the linear
    model (links and drives, :func:`jaxarm.regressor`) is computed.
+   A log with gaps in time is handled segment by segment (:func:`jaxarm.preprocess_log`), and
+   the samples within the filter's transient of any segment's ends are left out.
 3. Blocked cross-validation in time (Bergmeir & Benitez 2012; Racine 2000's hv-block): the samples
    are cut into ``folds`` contiguous blocks; each block in turn is predicted by a least-squares fit
    on the others, with a gap of ``order / cutoff`` seconds (the filter's memory) left out on both
@@ -128,11 +130,16 @@ def select_preprocessing(
             filtered = preprocess_log(log, rate=rate, cutoff=cutoff, order=order, trim=0.0)
         except LogError:
             continue  # too few samples for this filter
-        if len(filtered) != N:  # pragma: no cover - both come from the same uniform grid
-            raise IdentificationError("select_preprocessing: filtered and measured logs differ in length")
+        if len(filtered) != N:  # a segment between gaps too short for this filter was left out
+            continue
         memory = 2.0 / rate if cutoff is None else order / cutoff  # seconds a sample's value depends on around it
-        edge = int(np.ceil(memory * rate))  # the filter's start-up transient at both ends
-        keep = np.arange(edge, N - edge, step)
+        edge = int(np.ceil(memory * rate))  # the filter's start-up transient at both ends of every segment
+        starts = list(filtered.info.get("segment_starts", [0]))
+        inside = np.ones(N, dtype=bool)
+        for a, b in zip(starts, starts[1:] + [N]):
+            inside[a:min(a + edge, b)] = False
+            inside[max(b - edge, a):b] = False
+        keep = np.flatnonzero(inside)[::step]
         if keep.size < 20 * folds:  # too short for this cutoff's transients (low cutoffs have long ones)
             continue
         gap = memory * rate  # samples of filter memory on either side of a validation block

@@ -1,0 +1,76 @@
+"""Choosing the filter cutoff and the Coulomb shape from a log (jaxarm.identify.selection): blocked
+cross-validation in time picks no filter for a clean log, a low-pass for a noisy one, and the
+friction shape that generated the data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import random_arm
+from jaxarm.identify.fit import predict_torques
+from jaxarm.identify.linear_model import IdentificationError
+from jaxarm.identify.selection import select_preprocessing, with_coulomb_scale
+from jaxarm.logs import Log
+
+RATE = 500.0
+
+
+def _log(arm, seconds=8.0, *, velocity_noise=0.0, torque_noise=0.0, seed=0):
+    """Sum-of-sines motion of every joint; torques from the arm, with white sensor noise."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(0.0, seconds, 1.0 / RATE)
+    w = 2 * np.pi * np.array([0.3, 0.7, 1.3])
+    a = rng.uniform(0.3, 0.8, (arm.n, 3)) / np.arange(1, 4)
+    phase = rng.uniform(0, 2 * np.pi, (arm.n, 3))
+    arg = t[:, None, None] * w + phase
+    q = np.sum(a * np.sin(arg), axis=-1)
+    qd = np.sum(a * w * np.cos(arg), axis=-1)
+    qdd = np.sum(-a * w**2 * np.sin(arg), axis=-1)
+    tau = np.asarray(predict_torques(arm, q, qd, qdd))
+    dq = qd + velocity_noise * rng.normal(size=qd.shape)
+    tau = tau + torque_noise * np.std(tau, axis=0) * rng.normal(size=tau.shape)
+    return Log(t=t, q=q, dq=dq, tau=tau, source="synthetic")
+
+
+@pytest.fixture(scope="module")
+def arm():
+    return random_arm(5, "RR", drives=True)
+
+
+def test_clean_log_needs_no_filter(arm):
+    choice = select_preprocessing(arm, _log(arm))
+    assert choice.cutoff is None, choice.reason()
+    assert choice.coulomb_scale == 0.0  # the data's friction switches exactly at qd = 0
+    # the linear model explains clean data up to the central differences' O(h^2) error in ddq
+    assert choice.best.score < 1e-4
+    assert choice.best.score < 0.1 * min(c.score for c in choice.candidates if c.cutoff is not None)
+    assert "no filter" in choice.reason()
+
+
+def test_noisy_velocities_get_a_low_pass(arm):
+    choice = select_preprocessing(arm, _log(arm, velocity_noise=0.05, torque_noise=0.02))
+    assert choice.cutoff is not None and choice.cutoff <= 15.0, choice.reason()
+    unfiltered = min(c.score for c in choice.candidates if c.cutoff is None)
+    assert choice.best.score < 0.8 * unfiltered
+    table = choice.table()
+    assert sum(row["chosen"] for row in table) == 1 and len(table) == len(choice.candidates)
+
+
+def test_smooth_friction_is_recognized(arm):
+    smooth = with_coulomb_scale(arm, 0.1)
+    choice = select_preprocessing(smooth, _log(smooth))
+    # the arm handed in has exact-sign Coulomb friction; the data's smooth shape wins anyway
+    exact = select_preprocessing(arm, _log(smooth))
+    assert exact.coulomb_scale > 0 and choice.coulomb_scale > 0
+    assert exact.best.score < min(c.score for c in exact.candidates if c.coulomb_scale == 0.0)
+
+
+def test_too_short_or_without_torques_is_refused(arm):
+    with pytest.raises(IdentificationError, match="too short"):
+        select_preprocessing(arm, _log(arm, seconds=0.1))
+    log = _log(arm)
+    with pytest.raises(IdentificationError, match="torques"):
+        select_preprocessing(arm, Log(t=log.t, q=log.q, dq=log.dq))
+    with pytest.raises(ValueError, match="folds"):
+        select_preprocessing(arm, log, folds=1)
