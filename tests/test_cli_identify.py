@@ -121,7 +121,7 @@ def test_report_content(setup, capsys, tmp_path):
     assert lin["rank"] == len(lin["base_parameters"]) > 0
     for b in lin["base_parameters"]:
         assert b["std"] > 0 and np.isfinite(b["value"])
-    assert set(rep["consistency"]) == {"joint 1", "joint 2"}
+    assert set(rep["consistency"]) == {"joint 1", "joint 2", "drive 1", "drive 2"}
     assert all(set(v) == {"ok", "problems"} for v in rep["consistency"].values())
     assert len(rep["rmse"]["fit"]) == 2 and all(r < 0.05 for r in rep["rmse"]["fit"])  # noise 0.01
     assert "rank" in stdout and "condition number" in stdout

@@ -1,11 +1,14 @@
 """Physical consistency checks: real bodies pass, each kind of violation fails with its own flag
 and a sentence giving the numbers, and tolerances scale with the link."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxarm
 from jaxarm.consistency import LinkConsistency, check_link, pseudo_inertia
 from jaxarm.parts import box, combine, place, semi_cylinder, solid_cylinder, sphere, triangular_prism
 from jaxarm.spatial import rpy_to_matrix
@@ -242,3 +245,16 @@ def test_consistency_report_names_every_body_and_flags_massless_links():
     assert report["joint 3"].ok
     held = jaxarm.consistency_report(arm.with_payload(1.0, inertia=[0.01, 0.01, 0.5]))
     assert list(held)[-1] == "payload" and not held["payload"].ok
+
+
+def test_drive_consistency_flags_friction_that_feeds_energy_in():
+    arm = jaxarm.load_arm("two_link_planar")
+    report = jaxarm.consistency_report(arm, drives=True)
+    assert {"drive 1", "drive 2"} <= set(report) and all(report[k].ok for k in ("drive 1", "drive 2"))
+    assert "drive 1" not in jaxarm.consistency_report(arm)  # drives only when asked
+    drives = dataclasses.replace(arm.drives, viscous_friction=np.array([-0.05, 0.0]),
+                                 coulomb_friction=np.array([[0.1, -0.1], [-0.048, 0.2]]))
+    bad = jaxarm.consistency_report(arm.replace(drives=drives), drives=True)
+    assert not bad["drive 1"].ok and "viscous friction -0.05 < 0" in bad["drive 1"].problems[0]
+    assert not bad["drive 2"].ok and len(bad["drive 2"].problems) == 2  # Tc+ < 0 and Tc- > 0
+    assert any("Tc+ = -0.048" in p for p in bad["drive 2"].problems)

@@ -239,3 +239,22 @@ def test_bad_input_is_refused(truth):
         ci.fit_consistent("panda", q, qd, qdd, tau)
     with pytest.raises(ValueError, match="not strictly inside"):
         ci.fit_consistent(truth, q, qd, qdd, tau, com_bounds=ci.ComSphere(center=np.zeros((2, 3)), radius=[1e-3, 1e-3]))
+
+
+def test_frictionless_arm_gets_no_negative_friction(truth):
+    """Noise on the torques of an arm without friction, whose least-squares friction would scatter
+    around zero: the consistent fit keeps every drive dissipative (Ia, fv >= 0, Tc+ >= 0 >= Tc-)
+    and its report says so."""
+    n = truth.n
+    pi = np.array(standard_parameters(truth))
+    pi[10 * n:] = 0.0
+    frictionless = arm_with_parameters(truth, pi)
+    rng = np.random.default_rng(11)
+    q, qd, qdd, tau = _samples(frictionless, rng)
+    tau = tau + 0.05 * rng.normal(size=tau.shape)
+    fit = ci.fit_consistent(frictionless, q, qd, qdd, tau, regularization=0.0, max_steps=200)
+    d = fit.arm.drives
+    assert np.all(np.asarray(d.viscous_friction) >= 0) and np.all(np.asarray(d.rotor_inertia) >= 0)
+    tc = np.asarray(d.coulomb_friction)
+    assert np.all(tc[:, 0] >= 0) and np.all(tc[:, 1] <= 0), tc
+    assert all(fit.consistency[f"drive {j + 1}"].ok for j in range(n))

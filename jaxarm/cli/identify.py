@@ -172,7 +172,7 @@ def _cmd_identify(args) -> int:
         print(f"jaxarm: {where}: {note}", file=sys.stderr)
 
     rmse_fit = torque_rmse(fit_log.tau, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq))
-    consistency = consistency_report(fitted)
+    consistency = consistency_report(fitted, drives=True)
     report = {
         "log": os.path.abspath(args.log),
         "arm": arm.name,

@@ -108,7 +108,9 @@ def _info_text(arm, spec: str) -> str:
     from ..model.consistency import consistency_report
 
     out.append("Physical consistency (Wensing, Kim & Slotine 2017: pseudo-inertia >= 0)")
-    for label, report in consistency_report(arm).items():
+    for label, report in consistency_report(arm, drives=True).items():
+        if label.startswith("drive") and report.ok:
+            continue  # drives are listed only when one needs attention
         name = label.replace("joint", "link")
         if report.ok:
             out.append(f"  {name}: OK")

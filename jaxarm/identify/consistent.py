@@ -38,8 +38,10 @@ fit for closeness to the prior (ridge-like); weight 0 leaves the invisible direc
 the optimizer took them.
 
 Drive parameters per joint, joint side (the contract of :mod:`jaxarm.identification`):
-``Ia`` (reflected rotor inertia) and ``fv`` (viscous) are kept >= 0 as ``scale * softplus(x)``;
-``fc`` (Coulomb) and ``fo`` (offset) are free. With ``friction="sigmoid"`` the Panda model of
+``Ia`` (reflected rotor inertia) and ``fv`` (viscous) are kept >= 0 as ``scale * softplus(x)``,
+``fc`` (Coulomb) as ``scale * x^2``, and the offset as ``fo = fc tanh(y)``, so that both Coulomb levels,
+``fc + fo`` for positive and ``-fc + fo`` for negative velocity, oppose the motion (friction only
+dissipates; a start outside this set begins from the nearest point well inside it). With ``friction="sigmoid"`` the Panda model of
 Gaz et al. 2019, ``phi1 / (1 + exp(-phi2 (qd + phi3))) - phi1 / (1 + exp(-phi2 phi3))``, is
 fitted jointly (``phi2 = exp(x) > 0``) together with ``Ia``, ``fv`` and ``fo``; ``fc`` then stays
 at the prior's value (the sigmoid replaces the discontinuous Coulomb term).
@@ -332,7 +334,8 @@ class ConsistentFit:
     rmse, rmse_prior: (n,) per-joint torque RMSE on the fit data of the fitted and the prior arm;
     loss_history: (iterations + 1,) objective per L-BFGS iteration (data term + regularization);
     data_loss, regularization_loss: the two parts of the final objective;
-    consistency: :func:`jaxarm.consistency_report` of the fitted arm (every link ``ok``);
+    consistency: :func:`jaxarm.consistency_report` of the fitted arm, drives included (every link
+    and, with viscous-Coulomb friction, every drive ``ok``);
     converged / iterations / message / gradient_norm: how the optimizer stopped;
     joint_weights: (n,) weights w_j of the data term sum_j w_j mean_k r_kj^2 / n;
     friction, regularization, com_bounds: the options used.
@@ -419,8 +422,14 @@ def _model(x, c, cfg: _Config):
     links = x["links"]
     theta = jnp.concatenate([links[:, :7], _com_from_free(links[:, 7:], cfg.bounds, c["bounds"])], axis=1)
     raw = x["drives"]
-    values = jnp.concatenate([jax.nn.softplus(raw[:, :2]), raw[:, 2:]], axis=1) * c["scales"]
-    values = jnp.where(c["drive_free"], values, c["drives0"])
+    # Ia, fv, fc >= 0 and |fo| <= fc: both Coulomb levels (fc + fo, -fc + fo) oppose the motion
+    # (fc as a square rather than a softplus: a softplus driven far below zero by one long step has
+    # no gradient left to come back, a square passes through zero and back)
+    positive = jnp.concatenate([jax.nn.softplus(raw[:, :2]), jnp.square(raw[:, 2:3])], axis=1)
+    nonneg = jnp.where(c["drive_free"][:, :3], positive * c["scales"][:, :3], c["drives0"][:, :3])
+    # (with fc held fixed -- sigmoid mode -- fo is a free offset beside the sigmoid, as in Gaz et al.)
+    offset = jnp.where(c["drive_free"][:, 2:3], nonneg[:, 2:3] * jnp.tanh(raw[:, 3:4]), raw[:, 3:4] * c["scales"][:, 3:4])
+    values = jnp.where(c["drive_free"], jnp.concatenate([nonneg, offset], axis=1), c["drives0"])
     pi = jnp.concatenate([log_cholesky_to_parameters(theta).reshape(-1), values.reshape(-1)])
     if cfg.fit_sigmoid:
         s = x["sigmoid"]
@@ -603,8 +612,14 @@ def fit_consistent(
                   bounds=_bound_arrays(bounds)[0])
 
     def drive_raw(values):
-        nonneg = _softplus_inverse(np.maximum(values[:, :2], 1e-6 * scales[:, :2]) / scales[:, :2])
-        return np.concatenate([nonneg, values[:, 2:] / scales[:, 2:]], axis=1)
+        """Free variables of drive values (Ia, fv, fc, fo); values outside the physical set
+        (negative Ia, fv or fc, |fo| > fc) map to the nearest point inside it."""
+        fc = np.maximum(values[:, 2], 1e-6 * scales[:, 2])
+        nonneg = np.concatenate([_softplus_inverse(np.maximum(values[:, :2], 1e-6 * scales[:, :2]) / scales[:, :2]),
+                                 np.sqrt(fc / scales[:, 2])[:, None]], axis=1)
+        ratio = np.clip(values[:, 3] / fc, -0.9, 0.9)  # a start outside: well inside, where tanh has slope
+        offset = np.where(drive_free[:, 2], np.arctanh(ratio), values[:, 3] / scales[:, 3])
+        return np.concatenate([nonneg, offset[:, None]], axis=1)
 
     def sigmoid_raw(phi):
         slope = np.where(phi[:, 1] > 0, phi[:, 1], _SIGMOID_SLOPE)
@@ -687,7 +702,7 @@ def fit_consistent(
         loss_history=np.asarray(history),
         data_loss=data_loss,
         regularization_loss=reg_loss,
-        consistency=consistency_report(fitted),
+        consistency=consistency_report(fitted, drives=True),
         converged=converged,
         iterations=len(history) - 1,
         message=message,

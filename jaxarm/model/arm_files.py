@@ -448,10 +448,11 @@ def _arm_from_dict(data: Mapping, where: str, default_name: str) -> Arm:
 def _check_consistency(arm: Arm, where: str, strict: bool, stacklevel: int = 2) -> None:
     """Warn (or with strict=True raise) for every physically inconsistent link and the payload;
     a massless link (no mass, no inertia) is an idealisation, not an inconsistency."""
-    for label, report in consistency_report(arm).items():
+    for label, report in consistency_report(arm, drives=True).items():
         if report.ok or report.massless:
             continue
-        msg = f"{where}: {label}: physically inconsistent inertial parameters: {'; '.join(report.problems)}"
+        kind = "drive parameters" if label.startswith("drive") else "inertial parameters"
+        msg = f"{where}: {label}: physically inconsistent {kind}: {'; '.join(report.problems)}"
         if strict:
             raise ArmFileError(msg + " (strict=True)")
         warnings.warn(msg, PhysicalConsistencyWarning, stacklevel=stacklevel)

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["pseudo_inertia", "LinkConsistency", "check_link", "consistency_report"]
+__all__ = ["pseudo_inertia", "LinkConsistency", "check_link", "DriveConsistency", "check_drive", "consistency_report"]
 
 
 def pseudo_inertia(mass, com, inertia):
@@ -154,15 +154,53 @@ def check_link(mass, com, inertia, *, tol: float = 1e-9) -> LinkConsistency:
     )
 
 
-def consistency_report(arm, *, tol: float = 1e-9) -> dict:
+@dataclasses.dataclass(frozen=True)
+class DriveConsistency:
+    """Result of :func:`check_drive`: friction that only dissipates, inertia that is not negative."""
+
+    problems: tuple[str, ...] = ()
+    massless: bool = False  # (drives are never "massless"; the field lets reports treat bodies and drives alike)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check_drive(arm, j: int, *, tol: float = 1e-9) -> DriveConsistency:
+    """Joint ``j``'s drive (0-based): rotor inertia >= 0, viscous friction >= 0, Coulomb levels in
+    the sense of motion (Tc+ >= 0 for positive velocity, Tc- <= 0 for negative), static friction,
+    Stribeck velocity and the tanh Coulomb scale >= 0, and a sigmoid (phi1, phi2, phi3) that
+    rises with velocity (phi1 phi2 >= 0). Values within ``tol`` of the bound pass."""
+    d = arm.drives
+    value = lambda x: float(np.asarray(x)[j])  # noqa: E731
+    tc = np.asarray(d.coulomb_friction)[j]
+    phi = np.asarray(d.sigmoid_friction)[j]
+    checks = [
+        (value(d.rotor_inertia) >= -tol, f"rotor inertia {value(d.rotor_inertia):.6g} < 0"),
+        (value(d.viscous_friction) >= -tol, f"viscous friction {value(d.viscous_friction):.6g} < 0: it would feed energy in"),
+        (tc[0] >= -tol, f"Coulomb level for positive velocity Tc+ = {tc[0]:.6g} < 0: it would push along the motion"),
+        (tc[1] <= tol, f"Coulomb level for negative velocity Tc- = {tc[1]:.6g} > 0: it would push along the motion"),
+        (value(d.static_friction) >= -tol, f"static friction {value(d.static_friction):.6g} < 0"),
+        (value(d.stribeck_velocity) >= -tol, f"Stribeck velocity {value(d.stribeck_velocity):.6g} < 0"),
+        (value(d.coulomb_velocity_scale) >= -tol, f"Coulomb velocity scale {value(d.coulomb_velocity_scale):.6g} < 0"),
+        (phi[0] * phi[1] >= -tol, f"sigmoid friction falls with velocity (phi1 phi2 = {phi[0] * phi[1]:.6g} < 0)"),
+    ]
+    return DriveConsistency(problems=tuple(msg for ok, msg in checks if not ok))
+
+
+def consistency_report(arm, *, tol: float = 1e-9, drives: bool = False) -> dict:
     """Physical consistency of every body of an arm: ``{"joint 1": LinkConsistency, ...}`` in joint
-    order, plus ``"payload"`` when the arm holds one (non-zero mass or inertia). A body that needs
-    attention is one with ``not (report.ok or report.massless)``."""
+    order, plus ``"payload"`` when the arm holds one (non-zero mass or inertia), and with
+    ``drives=True`` ``"drive 1"``, ... (:func:`check_drive`). An entry that needs attention is one
+    with ``not (report.ok or report.massless)``."""
     bodies = {f"joint {i + 1}": (arm.links.mass[i], arm.links.com[i], arm.links.inertia[i]) for i in range(arm.n)}
     payload = arm.payload
     if float(payload.mass) > 0 or np.any(np.asarray(payload.inertia)):
         bodies["payload"] = (payload.mass, payload.com, payload.inertia)
-    return {
+    report = {
         label: check_link(np.asarray(m), np.asarray(c), np.asarray(inertia), tol=tol)
         for label, (m, c, inertia) in bodies.items()
     }
+    if drives:
+        report.update({f"drive {j + 1}": check_drive(arm, j, tol=tol) for j in range(arm.n)})
+    return report
