@@ -327,3 +327,22 @@ def test_jitter_is_not_a_gap():
     t[1500:] += 8e-3  # one 8.8 ms step: dropped samples, still jitter at 1 kHz
     log = Log(t=t, q=np.sin(t)[:, None])
     assert log.gaps().size == 0 and len(log.segments()) == 1
+
+
+def test_log_warnings_say_what_the_log_cannot_support():
+    from jaxarm.identify.diagnostics import log_warnings
+
+    t = np.arange(0.0, 6.0, 1e-3)
+    q = np.stack([np.sin(t), 0.01 * np.sin(t), np.cos(2 * t)], axis=1)  # joint 2 barely moves
+    dq = np.gradient(q, t, axis=0)
+    tau = np.stack([np.sin(t), np.cos(t), np.clip(3 * np.sin(t), -2.0, 2.0)], axis=1)  # tau3 clipped at +-2
+    t = t.copy()
+    t[3000:] += 1.0  # a 1 s hole
+    notes = log_warnings(Log(t=t, q=q, dq=dq, tau=tau), condition_number=5e3)
+    text = "\n".join(notes)
+    assert "joint 2 barely moves" in text and "joint 1 barely" not in text and "joint 3 barely" not in text
+    assert "tau3 sits at its extreme value 2" in text and "tau3 sits at its extreme value -2" in text
+    assert "1 gap(s) in time" in text and "poorly conditioned (condition number 5e+03" in text
+    assert len(notes) == 5
+    clean = Log(t=np.arange(0.0, 6.0, 1e-3), q=np.sin(np.arange(0.0, 6.0, 1e-3))[:, None])
+    assert log_warnings(clean, condition_number=10.0) == []

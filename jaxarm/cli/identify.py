@@ -56,6 +56,7 @@ def _cmd_identify(args) -> int:
     from ..identify.fit import identify_linear, predict_torques, torque_rmse
     from ..identify.linear_model import IdentificationError
     from ..identify.logs import LogError, load_log, preprocess_log
+    from ..identify.diagnostics import log_warnings
     from ..identify.selection import select_preprocessing, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
@@ -168,8 +169,11 @@ def _cmd_identify(args) -> int:
         fit_log = preprocess(raw)
         linear, fitted, optimizer = fit(fit_log)
     fitted = fitted.replace(name=f"{arm.name}-identified")
+    warned = log_warnings(raw, condition_number=linear.condition_number_scaled)
     for note in notes:
         print(f"jaxarm: {where}: {note}", file=sys.stderr)
+    for note in warned:
+        print(f"jaxarm: warning: {where}: {note}", file=sys.stderr)
 
     rmse_fit = torque_rmse(fit_log.tau, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq))
     consistency = consistency_report(fitted, drives=True)
@@ -196,6 +200,7 @@ def _cmd_identify(args) -> int:
         "optimizer": optimizer,
         "consistency": {label: {"ok": bool(r.ok), "problems": list(r.problems)} for label, r in consistency.items()},
         "consistent": all(r.ok or r.massless for r in consistency.values()),
+        "warnings": warned,
     }
     comment = (f"{fitted.name}: identified by 'jaxarm identify' ({args.method}) from {where}"
                + (f" (t < {fit_until:g} s)" if fit_until is not None else f" (t >= {fit_from:g} s)" if fit_from is not None else ""))
