@@ -41,7 +41,7 @@ def arm():
 def test_clean_log_needs_no_filter(arm):
     choice = select_preprocessing(arm, _log(arm))
     assert choice.cutoff is None, choice.reason()
-    assert choice.coulomb_scale == 0.0  # the data's friction switches exactly at qd = 0
+    assert np.all(choice.coulomb_scales == 0.0)  # the data's friction switches exactly at qd = 0
     # the linear model explains clean data up to the central differences' O(h^2) error in ddq
     assert choice.best.score < 1e-4
     assert choice.best.score < 0.1 * min(c.score for c in choice.candidates if c.cutoff is not None)
@@ -62,7 +62,7 @@ def test_smooth_friction_is_recognized(arm):
     choice = select_preprocessing(smooth, _log(smooth))
     # the arm handed in has exact-sign Coulomb friction; the data's smooth shape wins anyway
     exact = select_preprocessing(arm, _log(smooth))
-    assert exact.coulomb_scale > 0 and choice.coulomb_scale > 0
+    assert np.all(exact.coulomb_scales > 0) and np.all(choice.coulomb_scales > 0)
     assert exact.best.score < min(c.score for c in exact.candidates if c.coulomb_scale == 0.0)
 
 

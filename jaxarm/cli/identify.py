@@ -128,7 +128,7 @@ def _cmd_identify(args) -> int:
             notes.append(f"no filter: the log cannot choose a cutoff by cross-validation ({_one_line(exc)}); give --cutoff HZ")
         else:
             cutoff = choice.cutoff
-            start = with_coulomb_scale(arm, choice.coulomb_scale)
+            start = with_coulomb_scale(arm, choice.coulomb_scales)
             notes.append(choice.reason())
     friction = args.friction or "viscous-coulomb"
     if args.method == "linear" and friction == "sigmoid":
@@ -182,7 +182,7 @@ def _cmd_identify(args) -> int:
         "arm": arm.name,
         "method": args.method,
         "friction": friction if args.method == "consistent" else "viscous-coulomb (linear)",
-        "coulomb_velocity_scale": float(np.max(np.asarray(start.drives.coulomb_velocity_scale))),
+        "coulomb_velocity_scale": np.asarray(start.drives.coulomb_velocity_scale, dtype=float).tolist(),
         "fit_until": fit_until,
         "fit_from": fit_from,
         "validation": {"split_at": float(split_at), "heldout": "before" if fit_from is not None else "after",

@@ -11,7 +11,9 @@ is chosen here by how well a model fitted with it predicts torques it has not se
    (zero-phase Butterworth, :func:`jaxarm.preprocess_log`) and differentiated.
 2. For every candidate Coulomb shape (exact ``sign(qd)``, or ``tanh(qd / s)`` for a few velocity
    scales s, the smooth shape of real joints' friction near rest) the regressor of the linear
-   model (links and drives, :func:`jaxarm.regressor`) is computed.
+   model (links and drives, :func:`jaxarm.regressor`) is computed. The cutoff is chosen for all
+   joints; the Coulomb shape per joint (each joint's Coulomb term only enters its own torque),
+   by that joint's validation error at the chosen cutoff.
    A log with gaps in time is handled segment by segment (:func:`jaxarm.preprocess_log`), and
    the samples within the filter's transient of any segment's ends are left out.
 3. Blocked cross-validation in time (Bergmeir & Benitez 2012; Racine 2000's hv-block): the samples
@@ -57,7 +59,7 @@ class PreprocessingChoice:
     """The chosen cutoff and Coulomb shape, with every candidate's validation error."""
 
     cutoff: float | None
-    coulomb_scale: float
+    coulomb_scales: np.ndarray  # (n,) per joint: 0 = exact sign(qd)
     order: int
     rate: float
     folds: int
@@ -75,7 +77,8 @@ class PreprocessingChoice:
             if c.cutoff not in by_cutoff or c.score < by_cutoff[c.cutoff].score:
                 by_cutoff[c.cutoff] = c
         filtered = sorted(c for c in by_cutoff if c is not None)
-        shape = "exact sign(qd)" if best.coulomb_scale == 0 else f"tanh(qd / {best.coulomb_scale:g})"
+        shapes = ["sign(qd)" if s == 0 else f"tanh(qd / {s:g})" for s in self.coulomb_scales]
+        shape = shapes[0] if len(set(shapes)) == 1 else "per joint " + ", ".join(shapes)
         chosen = "no filter" if best.cutoff is None else f"cutoff {best.cutoff:g} Hz (order {self.order}, zero phase)"
         others = [f"{name}: {by_cutoff[c].score:.4f}" for name, c in
                   ([(f"at {filtered[0]:g} Hz", filtered[0]), (f"at {filtered[-1]:g} Hz", filtered[-1])] if filtered else [])
@@ -83,15 +86,22 @@ class PreprocessingChoice:
         return (f"{chosen} and Coulomb shape {shape}, chosen by {self.folds}-fold blocked cross-validation in time: "
                 f"relative validation error {best.score:.4f}" + (f" ({', '.join(others)})" if others else ""))
 
+    @property
+    def per_joint_rmse(self) -> np.ndarray:
+        """(n,) validation RMSE per joint with each joint's chosen Coulomb shape, at the chosen cutoff."""
+        at = {c.coulomb_scale: c for c in self.candidates if c.cutoff == self.cutoff}
+        return np.array([at[s].rmse[j] for j, s in enumerate(self.coulomb_scales)])
+
     def table(self) -> list[dict]:
         """Every candidate as a JSON-able dict (for reports)."""
         return [{"cutoff_hz": c.cutoff, "coulomb_scale": c.coulomb_scale, "score": c.score,
                  "validation_rmse": [float(x) for x in c.rmse], "chosen": c is self.best} for c in self.candidates]
 
 
-def with_coulomb_scale(arm: Arm, scale: float) -> Arm:
-    """``arm`` with every joint's Coulomb friction shaped by tanh(qd / scale) (0: exact sign)."""
-    drives = dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, float(scale)))
+def with_coulomb_scale(arm: Arm, scale) -> Arm:
+    """``arm`` with its Coulomb friction shaped by tanh(qd / scale) (0: exact sign); ``scale`` one
+    value for every joint or (n,) per joint."""
+    drives = dataclasses.replace(arm.drives, coulomb_velocity_scale=np.broadcast_to(np.asarray(scale, float), (arm.n,)).copy())
     return arm.replace(drives=drives)
 
 
@@ -165,4 +175,8 @@ def select_preprocessing(
         raise IdentificationError(f"select_preprocessing: the log ({log.duration:.3g} s) is too short for {folds}-fold "
                                   f"cross-validation at any cutoff of {tuple(usable)} Hz")
     best = min(candidates, key=lambda c: c.score)
-    return PreprocessingChoice(best.cutoff, best.coulomb_scale, order, rate, folds, tuple(candidates))
+    # Each joint's Coulomb term only enters that joint's torque: its shape is chosen per joint, by
+    # that joint's validation error at the chosen cutoff.
+    at_cutoff = [c for c in candidates if c.cutoff == best.cutoff]
+    scales = np.array([min(at_cutoff, key=lambda c: c.rmse[j]).coulomb_scale for j in range(arm.n)])
+    return PreprocessingChoice(best.cutoff, scales, order, rate, folds, tuple(candidates))
