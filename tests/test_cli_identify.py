@@ -148,6 +148,9 @@ def test_log_that_cannot_identify_is_refused_without_output(setup, capsys, tmp_p
     # too short: fewer equations than base parameters
     short = _write_log(tmp_path / "short.csv", t[:8], setup["q"][:8], setup["qd"][:8], tau[:8])
     _assert_refused(capsys, tmp_path, ["identify", short, "--arm", arm], "too short")
+    # angles in degrees, not said
+    degrees = _write_log(tmp_path / "degrees.csv", t, np.degrees(setup["q"]), np.degrees(setup["qd"]), tau)
+    _assert_refused(capsys, tmp_path, ["identify", degrees, "--arm", arm], "looks like degrees")
     # no torque column
     notau = _write_log(tmp_path / "notau.csv", t, setup["q"], setup["qd"])
     _assert_refused(capsys, tmp_path, ["identify", notau, "--arm", arm], "no torque columns")

@@ -346,3 +346,21 @@ def test_log_warnings_say_what_the_log_cannot_support():
     assert len(notes) == 5
     clean = Log(t=np.arange(0.0, 6.0, 1e-3), q=np.sin(np.arange(0.0, 6.0, 1e-3))[:, None])
     assert log_warnings(clean, condition_number=10.0) == []
+
+
+def test_a_log_in_degrees_is_refused_unless_stated(tmp_path):
+    arm = jaxarm.load_arm("panda")  # revolute joints with position limits of about +-2.9 rad
+    t = np.arange(0.0, 2.0, 1e-3)
+    q = 0.5 * np.sin(np.outer(t, np.arange(1, 8)))
+    dq = 0.5 * np.cos(np.outer(t, np.arange(1, 8))) * np.arange(1, 8)
+    path = save_log(Log(t=t, q=np.degrees(q), dq=np.degrees(dq), tau=q), tmp_path / "deg.csv")
+    with pytest.raises(LogError, match=r"q1: values up to 28.6.*looks like degrees.*angles='degrees'"):
+        load_log(path, arm)
+    log = load_log(path, arm, angles="degrees")
+    np.testing.assert_allclose(log.q, q, atol=1e-12)
+    np.testing.assert_allclose(log.dq, dq, atol=1e-12)
+    np.testing.assert_array_equal(log.tau, q)  # torques keep their unit
+    radians = save_log(Log(t=t, q=q, dq=dq, tau=q), tmp_path / "rad.csv")
+    np.testing.assert_array_equal(load_log(radians, arm).q, load_log(radians).q)
+    with pytest.raises(ValueError, match="angles"):
+        load_log(radians, arm, angles="grad")

@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--friction", choices=["viscous-coulomb", "sigmoid"], default=None,
                    help="friction model to fit (consistent method; default viscous-coulomb, with the Coulomb shape chosen "
                    "from the data unless --cutoff is given)")
+    p.add_argument("--angles", choices=["radians", "degrees"], default="radians",
+                   help="unit of the revolute joints' q, dq columns (default radians; a log that looks like degrees is refused)")
     p.add_argument("--rate", metavar="HZ", help="resample to this uniform rate (default: the log's median rate)")
     p.add_argument("--cutoff", metavar="HZ", help="zero-phase Butterworth low-pass of q, dq, tau before differentiating, or 'none' "
                    "(default: chosen from the log by blocked cross-validation, with the Coulomb friction shape)")

@@ -91,7 +91,7 @@ def _cmd_identify(args) -> int:
 
     arm = _load_arm(args.arm)
     try:
-        raw = load_log(args.log, arm)
+        raw = load_log(args.log, arm, angles=args.angles)
     except FileNotFoundError:
         raise CommandError(f"{args.log}: no such file") from None
     except (LogError, OSError) as exc:

@@ -267,7 +267,31 @@ def _read_npz(path: Path) -> dict:
     return columns
 
 
-def load_log(path, arm=None, *, drop_nonfinite: bool = False) -> Log:
+ANGLES = ("radians", "degrees")
+
+
+def _angles(log: Log, arm, angles: str) -> Log:
+    """Convert a log in degrees to radians (revolute joints' q, dq, ddq), or refuse a log that
+    claims radians but looks like degrees: a revolute joint beyond 1.5 times its position limit
+    (two turns where it has none)."""
+    revolute = np.array([jt == "revolute" for jt in arm.joint_types])
+    if angles == "degrees":
+        factor = np.where(revolute, np.pi / 180.0, 1.0)
+        fields = {c: (getattr(log, c) * factor if c in ("q", "dq", "ddq") and getattr(log, c) is not None else getattr(log, c))
+                  for c in CHANNELS}
+        return Log(t=log.t, source=log.source, info={**log.info, "angles": "degrees converted to radians"}, **fields)
+    limits = np.abs(np.asarray(arm.limits.position, dtype=float))
+    bound = np.where(np.all(np.isfinite(limits), axis=1), 1.5 * np.max(limits, axis=1), 4 * np.pi)
+    peak = np.max(np.abs(log.q), axis=0)
+    for j in np.flatnonzero(revolute & (peak > bound)):
+        raise LogError(f"{log.source or 'Log'}: q{j + 1}: values up to {peak[j]:.4g} for a revolute joint "
+                       + (f"limited to {np.max(limits[j]):.4g} rad" if np.isfinite(limits[j]).all() else "without limits")
+                       + ": the log looks like degrees; convert it to radians, or say angles='degrees' "
+                       "(jaxarm identify --angles degrees)")
+    return log
+
+
+def load_log(path, arm=None, *, drop_nonfinite: bool = False, angles: str = "radians") -> Log:
     """Read a log from CSV or NPZ and validate it.
 
     CSV: a header row naming the columns ``t, q1..qn`` and optionally ``dq*, ddq*, tau*, V*, I*``
@@ -275,8 +299,17 @@ def load_log(path, arm=None, *, drop_nonfinite: bool = False) -> Log:
     column ("q1", ...) or one (N, n) array per channel ("q", "tau", ...). Checks: known, unique
     column names; every channel complete for joints 1..n; n equal to ``arm.n`` when an arm is
     given; finite values (NaN/inf rows are listed by line, or dropped with ``drop_nonfinite=True``);
-    strictly increasing time. Raises :class:`LogError`.
+    strictly increasing time. ``angles``: the unit of the revolute joints' q, dq, ddq columns,
+    "radians" (checked against the arm's position limits when an arm is given: a log in degrees
+    is refused with a message saying so) or "degrees" (converted to radians). Raises :class:`LogError`.
     """
+    if angles not in ANGLES:
+        raise ValueError(f"load_log: angles: expected one of {ANGLES}, got {angles!r}")
+    log = _load(path, arm, drop_nonfinite)
+    return log if arm is None else _angles(log, arm, angles)
+
+
+def _load(path, arm, drop_nonfinite: bool) -> Log:
     path = Path(path)
     if not path.is_file():
         raise LogError(f"{path}: no such file")
