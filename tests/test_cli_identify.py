@@ -125,6 +125,11 @@ def test_report_content(setup, capsys, tmp_path):
     assert all(set(v) == {"ok", "problems"} for v in rep["consistency"].values())
     assert len(rep["rmse"]["fit"]) == 2 and all(r < 0.05 for r in rep["rmse"]["fit"])  # noise 0.01
     assert "rank" in stdout and "condition number" in stdout
+    # the machine-readable verdict: pass/fail per check, with the thresholds used
+    verdict = rep["verdict"]
+    assert {c["check"] for c in verdict["checks"]} >= {"physically consistent (links, payload, drives)",
+                                                       "base regressor well conditioned (columns scaled)"}
+    assert verdict["pass"] == all(c["pass"] for c in verdict["checks"]) and "verdict: " in stdout
 
 
 def _assert_refused(capsys, tmp_path, argv, match):

@@ -48,6 +48,28 @@ def _identify_plot(fmt, t, measured, predicted, label):
     return write
 
 
+MAX_CONDITION_SCALED = 1e3  # base regressor, columns scaled: the excitation criterion of the verdict
+
+
+def _verdict(report: dict, rmse_held, rmse_held_start) -> dict:
+    """Pass/fail per check with the threshold used, for a user's CI to gate on (``"pass"``: all)."""
+    condition = float(report["linear"]["condition_number_scaled"])
+    optimizer = report["optimizer"]
+    checks = [
+        {"check": "physically consistent (links, payload, drives)", "pass": bool(report["consistent"]),
+         "failing": [k for k, v in report["consistency"].items() if not v["ok"]]},
+        {"check": "held-out RMSE no worse than the starting arm's on every joint", "threshold": "ratio <= 1",
+         "ratio": (np.asarray(rmse_held) / np.maximum(np.asarray(rmse_held_start), 1e-300)).round(4).tolist(),
+         "pass": bool(np.all(np.asarray(rmse_held) <= np.asarray(rmse_held_start)))},
+        {"check": "base regressor well conditioned (columns scaled)", "threshold": MAX_CONDITION_SCALED,
+         "value": condition, "pass": condition <= MAX_CONDITION_SCALED},
+        {"check": "no warnings about the log", "pass": not report["warnings"], "count": len(report["warnings"])},
+    ]
+    if optimizer is not None:
+        checks.append({"check": "optimizer converged", "pass": bool(optimizer["converged"]), "message": optimizer["message"]})
+    return {"pass": all(c["pass"] for c in checks), "checks": checks}
+
+
 def _cmd_identify(args) -> int:
     """Fit an arm's parameters to a torque log; write the arm file (and report, plot) atomically."""
     import json
@@ -165,6 +187,7 @@ def _cmd_identify(args) -> int:
     held = preprocess(held_raw, trim=0.0, filter_torque=False)
     linear, fitted, optimizer = fit(fit_log)
     rmse_held = torque_rmse(held.tau, predict_torques(fitted, held.q, held.dq, held.ddq))
+    rmse_held_start = torque_rmse(held.tau, predict_torques(arm, held.q, held.dq, held.ddq))
     if refit:
         fit_log = preprocess(raw)
         linear, fitted, optimizer = fit(fit_log)
@@ -202,6 +225,7 @@ def _cmd_identify(args) -> int:
         "consistent": all(r.ok or r.massless for r in consistency.values()),
         "warnings": warned,
     }
+    report["verdict"] = _verdict(report, rmse_held, rmse_held_start)
     comment = (f"{fitted.name}: identified by 'jaxarm identify' ({args.method}) from {where}"
                + (f" (t < {fit_until:g} s)" if fit_until is not None else f" (t >= {fit_from:g} s)" if fit_from is not None else ""))
     text = arm_to_toml(fitted, comment=comment)
@@ -235,5 +259,7 @@ def _cmd_identify(args) -> int:
     print(f"base regressor: rank {linear.rank}, condition number {linear.condition_number:.4g}")
     bad = [label for label, r in consistency.items() if not (r.ok or r.massless)]
     print("physically consistent: " + ("yes" if not bad else "NO (" + ", ".join(bad) + ")"))
+    failed = [c["check"] for c in report["verdict"]["checks"] if not c["pass"]]
+    print("verdict: " + ("pass" if not failed else "FAIL (" + "; ".join(failed) + ")"))
     print("wrote " + ", ".join(p for p, _ in outputs))
     return EXIT_OK

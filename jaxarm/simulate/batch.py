@@ -56,6 +56,17 @@ def _kernel(arm, q0, qd0, schedule, dt, traced, *, policy, arm_batched, inputs_b
     return jax.vmap(one, in_axes=in_axes)(arm, q0, qd0, schedule)
 
 
+def _strong(x):
+    """``x`` as an array without JAX's weak type (``jnp.full(shape, 0.1)`` is weakly typed, and a
+    weak and a strong array of the same shape and dtype compile separately): the same shapes and
+    dtypes always reuse one compiled kernel."""
+    x = jnp.asarray(x)
+    if not getattr(x, "weak_type", False):
+        return x
+    # a concrete array goes through NumPy (an eager astype would compile a small program of its own)
+    return jnp.asarray(np.asarray(x)) if checks.concrete(x) else x.astype(x.dtype)
+
+
 def rollout_batch(
     arm: Arm,
     q0,
@@ -107,7 +118,7 @@ def rollout_batch(
     padded = -(-B // nd) * nd
 
     def pad(x):  # with copies of the last element, never garbage
-        x = jnp.asarray(x)
+        x = _strong(x)
         return x if padded == B else jnp.concatenate([x, jnp.repeat(x[-1:], padded - B, axis=0)])
 
     # Numeric options are traced arguments (they may be arrays or tracers); the rest is static.
@@ -122,7 +133,7 @@ def rollout_batch(
         None if constant is not None else jax.tree_util.tree_map(pad, arm) if arm_batched else arm,
         pad(q0),
         pad(qd0),
-        None if policy else (pad(inputs) if inputs_batched else jnp.asarray(inputs)),
+        None if policy else (pad(inputs) if inputs_batched else _strong(inputs)),
         jnp.asarray(dt),
         traced,
     ]

@@ -1,0 +1,102 @@
+"""No accidental recompiles: a jitted rollout, its gradient, a linearization or a batched rollout
+called again with new values of the same shapes compiles nothing new.
+
+New values here means new states and inputs, a Python float dt that differs, and new physical
+parameters of a traced arm (an arm passed as a jit argument: the identification and domain
+randomization case). Compilations are counted by JAX's own monitoring event for every backend
+compile, so a compile hidden inside jaxarm (a helper jit keyed on a value) is caught too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxarm
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def count_compiles():
+    events = []
+
+    def listener(name, seconds, **kwargs):
+        if name == COMPILE_EVENT:
+            events.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield events
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def _arms():
+    arm = jaxarm.load_arm("two_link_planar")
+    heavier = arm.replace(links=dataclasses.replace(arm.links, mass=np.asarray(arm.links.mass) * 1.3),
+                          drives=dataclasses.replace(arm.drives, viscous_friction=np.asarray(arm.drives.viscous_friction) + 0.1))
+    return arm, heavier
+
+
+def test_the_counter_sees_a_compile():
+    with count_compiles() as events:
+        jax.jit(lambda x: x * 3.0 + 1.0)(jnp.arange(7.0)).block_until_ready()
+    assert len(events) >= 1
+
+
+def test_rollout_and_its_gradient_compile_once_for_new_values():
+    arm, heavier = _arms()
+    T = 50
+    rollout = jax.jit(lambda a, q0, qd0, u, dt: jaxarm.rollout(a, q0, qd0, u, dt).q[-1])
+
+    def cost(u, a, q0, dt):
+        return jnp.sum(jaxarm.rollout(a, q0, jnp.zeros_like(q0), u, dt, adjoint=True).q[-1] ** 2)
+
+    grad = jax.jit(jax.grad(cost))
+    u0, u1 = jnp.zeros((T, 2)), jnp.ones((T, 2))
+    q0, q1 = jnp.array([0.1, 0.2]), jnp.array([-0.3, 0.5])
+    rollout(arm, q0, q0, u0, 1e-3).block_until_ready()
+    grad(u0, arm, q0, 1e-3).block_until_ready()
+    with count_compiles() as events:
+        for a, q, u, dt in ((heavier, q1, u1, 2e-3), (arm, q1, u0, 5e-4)):
+            rollout(a, q, q, u, dt).block_until_ready()
+            grad(u, a, q, dt).block_until_ready()
+    assert events == [], f"{len(events)} compile(s) for new values of the same shapes"
+
+
+def test_linearization_and_batched_rollout_compile_once_for_new_values():
+    arm, heavier = _arms()
+    T = 20
+    lin = jax.jit(lambda a, q, qd, u, dt: jaxarm.linearize_trajectory(a, q, qd, u, dt))
+    q = jnp.zeros((T, 2))
+    lin(arm, q, q, q, 1e-3)[0].block_until_ready()
+    q0 = jnp.zeros((8, 2))
+    jaxarm.rollout_batch(arm, q0, q0, jnp.zeros((8, T, 2)), 1e-3, constant_arm=False).q.block_until_ready()
+    # new inputs made before counting (an eager `q + 0.1` compiles its own small program)
+    qa, qb, ua = (jnp.full((T, 2), v, dtype=q.dtype) for v in (0.1, 0.2, 1.0))
+    qc, uc = jnp.full((8, 2), 0.1, dtype=q0.dtype), jnp.ones((8, T, 2), dtype=q0.dtype)
+    with count_compiles() as events:
+        lin(heavier, qa, qb, ua, 2e-3)[0].block_until_ready()
+        out = jaxarm.rollout_batch(heavier, qc, q0, uc, 2e-3, constant_arm=False)
+        out.q.block_until_ready()
+    assert events == [], f"{len(events)} compile(s) for new values of the same shapes"
+
+
+def test_a_weakly_typed_input_reuses_the_batched_kernel(caplog):
+    """``jnp.full(shape, 0.1)`` is weakly typed; JAX would compile a jit again for it. rollout_batch
+    strips the weak type, so its kernel is not compiled again (JAX's compile log names it)."""
+    _, heavier = _arms()
+    q0, u = jnp.zeros((8, 2)), jnp.ones((8, 20, 2))
+    jaxarm.rollout_batch(heavier, q0, q0, u, 2e-3, constant_arm=False).q.block_until_ready()
+    weak = jnp.full((8, 2), 0.3)
+    assert weak.weak_type
+    with jax.log_compiles(), caplog.at_level(logging.WARNING):
+        jaxarm.rollout_batch(heavier, weak, q0, u, 2e-3, constant_arm=False).q.block_until_ready()
+    compiled = [r.getMessage()[:40] for r in caplog.records if r.getMessage().startswith("Compiling")]
+    assert not any("_kernel" in m for m in compiled), compiled
