@@ -364,3 +364,30 @@ def test_a_log_in_degrees_is_refused_unless_stated(tmp_path):
     np.testing.assert_array_equal(load_log(radians, arm).q, load_log(radians).q)
     with pytest.raises(ValueError, match="angles"):
         load_log(radians, arm, angles="grad")
+
+
+def test_column_mapping_reads_a_ros_joint_states_export(tmp_path):
+    """``rostopic echo -p /joint_states`` CSV: time in ns, joint names as text, then position,
+    velocity and effort arrays numbered from 0. A column map reads it; other columns are ignored."""
+    t = np.arange(0.0, 1.0, 1e-2)
+    q = np.stack([np.sin(t), np.cos(t)], axis=1)
+    header = "%time,field.header.seq,field.name0,field.name1,field.position0,field.position1," \
+             "field.velocity0,field.velocity1,field.effort0,field.effort1"
+    rows = [f"{int(round(tk * 1e9)) + 1_700_000_000_000_000_000},{k},joint_a,joint_b,{float(q[k, 0])!r},{float(q[k, 1])!r},"
+            f"{float(np.cos(tk))!r},{float(-np.sin(tk))!r},{float(2 * q[k, 0])!r},{float(2 * q[k, 1])!r}" for k, tk in enumerate(t)]
+    path = tmp_path / "joint_states.csv"
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    spec = "t=%time*1e-9,q{j}=field.position{j0},dq{j}=field.velocity{j0},tau{j}=field.effort{j0}"
+    log = load_log(path, columns=spec)
+    assert log.n == 2 and log.channels == ("q", "dq", "tau")
+    np.testing.assert_allclose(log.t - log.t[0], t, atol=1e-6)
+    np.testing.assert_array_equal(log.q, q)
+    np.testing.assert_array_equal(log.tau, 2 * q)
+    arm = jaxarm.load_arm("two_link_planar")
+    assert load_log(path, arm, columns=spec).n == 2
+    with pytest.raises(LogError, match="q1 is mapped to column 'position_1', which the log does not have"):
+        load_log(path, columns="t=%time*1e-9,q1=position_1")
+    with pytest.raises(LogError, match="expected t or a channel column"):
+        load_log(path, columns="time=%time")
+    with pytest.raises(LogError, match="factor must be a number"):
+        load_log(path, columns="t=%time*ns")

@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--friction", choices=["viscous-coulomb", "sigmoid"], default=None,
                    help="friction model to fit (consistent method; default viscous-coulomb, with the Coulomb shape chosen "
                    "from the data unless --cutoff is given)")
+    p.add_argument("--columns", metavar="MAP", help="the log's column names, e.g. 't=%%time*1e-9,q{j}=field.position{j0},"
+                   "dq{j}=field.velocity{j0},tau{j}=field.effort{j0}' for a ROS joint_states export ({j}: joint from 1, {j0}: from 0)")
     p.add_argument("--angles", choices=["radians", "degrees"], default="radians",
                    help="unit of the revolute joints' q, dq columns (default radians; a log that looks like degrees is refused)")
     p.add_argument("--rate", metavar="HZ", help="resample to this uniform rate (default: the log's median rate)")

@@ -113,7 +113,7 @@ def _cmd_identify(args) -> int:
 
     arm = _load_arm(args.arm)
     try:
-        raw = load_log(args.log, arm, angles=args.angles)
+        raw = load_log(args.log, arm, angles=args.angles, columns=args.columns)
     except FileNotFoundError:
         raise CommandError(f"{args.log}: no such file") from None
     except (LogError, OSError) as exc:

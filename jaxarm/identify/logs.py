@@ -268,6 +268,41 @@ def _read_npz(path: Path) -> dict:
 
 
 ANGLES = ("radians", "degrees")
+_TARGET = re.compile(r"^(t|(?:q|dq|ddq|tau|V|I)(?:\{j\}|[1-9][0-9]*))$")
+
+
+def _column_map(spec, names, n, where):
+    """Parse ``--columns``: ``target=source[*factor]`` pairs separated by commas. A target is ``t``
+    or a channel column (``q3``) or pattern (``q{j}``, every joint); in a pattern's source ``{j}``
+    is the joint number from 1 and ``{j0}`` from 0 (ROS's ``field.position0``). Returns
+    {target column: (source column, factor)}."""
+    pairs = spec.items() if isinstance(spec, dict) else [p.split("=", 1) if "=" in p else (p, None) for p in str(spec).split(",") if p.strip()]
+    out = {}
+    for target, source in pairs:
+        target = str(target).strip()
+        if source is None or not str(source).strip():
+            raise LogError(f"{where}: columns: {target!r}: expected target=source (e.g. q{{j}}=field.position{{j0}})")
+        if not _TARGET.match(target):
+            raise LogError(f"{where}: columns: {target!r}: expected t or a channel column (q3, dq{{j}}, tau{{j}}, ...)")
+        source, _, factor = str(source).strip().partition("*")
+        try:
+            scale = float(factor) if factor else 1.0
+        except ValueError:
+            raise LogError(f"{where}: columns: {target}={source}*{factor}: the factor must be a number") from None
+        if "{j}" in target:
+            count = n if n is not None else 0
+            if n is None:
+                while source.format(j=count + 1, j0=count) in names:
+                    count += 1
+            for j in range(1, count + 1):
+                out[target.replace("{j}", str(j))] = (source.format(j=j, j0=j - 1), scale)
+        else:
+            out[target] = (source, scale)
+    for target, (source, _) in out.items():
+        if source not in names:
+            raise LogError(f"{where}: columns: {target} is mapped to column {source!r}, which the log does not have "
+                           f"(it has {', '.join(list(names)[:8])}{', ...' if len(names) > 8 else ''})")
+    return out
 
 
 def _angles(log: Log, arm, angles: str) -> Log:
@@ -291,7 +326,7 @@ def _angles(log: Log, arm, angles: str) -> Log:
     return log
 
 
-def load_log(path, arm=None, *, drop_nonfinite: bool = False, angles: str = "radians") -> Log:
+def load_log(path, arm=None, *, drop_nonfinite: bool = False, angles: str = "radians", columns=None) -> Log:
     """Read a log from CSV or NPZ and validate it.
 
     CSV: a header row naming the columns ``t, q1..qn`` and optionally ``dq*, ddq*, tau*, V*, I*``
@@ -301,24 +336,33 @@ def load_log(path, arm=None, *, drop_nonfinite: bool = False, angles: str = "rad
     given; finite values (NaN/inf rows are listed by line, or dropped with ``drop_nonfinite=True``);
     strictly increasing time. ``angles``: the unit of the revolute joints' q, dq, ddq columns,
     "radians" (checked against the arm's position limits when an arm is given: a log in degrees
-    is refused with a message saying so) or "degrees" (converted to radians). Raises :class:`LogError`.
+    is refused with a message saying so) or "degrees" (converted to radians). ``columns``: for
+    logs with other column names, a mapping ``"t=time,q{j}=pos_{j},tau{j}=effort_{j}"`` (or a dict):
+    ``{j}`` runs over the joints from 1, ``{j0}`` from 0, and ``*factor`` scales a column (a ROS
+    ``rostopic echo -p`` export: ``"t=%time*1e-9,q{j}=field.position{j0},dq{j}=field.velocity{j0},
+    tau{j}=field.effort{j0}"``); the other columns are ignored. Raises :class:`LogError`.
     """
     if angles not in ANGLES:
         raise ValueError(f"load_log: angles: expected one of {ANGLES}, got {angles!r}")
-    log = _load(path, arm, drop_nonfinite)
+    log = _load(path, arm, drop_nonfinite, columns)
     return log if arm is None else _angles(log, arm, angles)
 
 
-def _load(path, arm, drop_nonfinite: bool) -> Log:
+def _load(path, arm, drop_nonfinite: bool, columns) -> Log:
     path = Path(path)
     if not path.is_file():
         raise LogError(f"{path}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        return _assemble(_read_npz(path), str(path), arm, "sample", 0, drop_nonfinite)
-    if suffix in (".csv", ".txt"):
-        return _assemble(_read_csv(path), str(path), arm, "line", 2, drop_nonfinite)
-    raise LogError(f"{path}: unknown log format {suffix!r}; expected .csv or .npz")
+        raw, unit, offset = _read_npz(path), "sample", 0
+    elif suffix in (".csv", ".txt"):
+        raw, unit, offset = _read_csv(path), "line", 2
+    else:
+        raise LogError(f"{path}: unknown log format {suffix!r}; expected .csv or .npz")
+    if columns is not None:
+        mapping = _column_map(columns, raw, None if arm is None else arm.n, str(path))
+        raw = {target: raw[source] * scale for target, (source, scale) in mapping.items()}
+    return _assemble(raw, str(path), arm, unit, offset, drop_nonfinite)
 
 
 def save_log(log: Log, path) -> Path:
