@@ -177,3 +177,20 @@ def test_existing_output_untouched_on_error(setup, capsys, tmp_path):
     assert code == 2
     assert out.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.toml", "still.csv"]
+
+
+def test_several_logs_are_identified_together(setup, capsys, tmp_path):
+    """Two experiments of one arm, in two files: each is preprocessed on its own (the join is a
+    gap), and the fit uses both."""
+    t, q, qd, tau = setup["t"], setup["q"], setup["qd"], setup["tau"]
+    half = len(t) // 2
+    first = _write_log(tmp_path / "run1.csv", t[:half], q[:half], qd[:half], tau[:half])
+    second = _write_log(tmp_path / "run2.csv", t[half:] + 100.0, q[half:], qd[half:], tau[half:])
+    out, report = tmp_path / "both.toml", tmp_path / "both.json"
+    code, stdout, err = _run(capsys, "identify", first, second, "--arm", setup["arm"], "--out", str(out),
+                             "--report", str(report), "--method", "linear", "--cutoff", "none")
+    assert code == 0, err
+    rep = json.loads(report.read_text())
+    assert rep["log"] == [first, second] and rep["preprocessing"]["segments"] == 2
+    assert all(r < 0.05 for r in rep["rmse"]["heldout"])  # noise 0.01
+    assert "run1.csv + run2.csv" in stdout

@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "base parameters (may be inconsistent). The log must excite every base parameter: a rank-deficient or "
         "too short log is refused. Real logs need --cutoff (e.g. --rate 1000 --cutoff 10 for the Panda).",
     )
-    p.add_argument("log", metavar="LOG", help="log file (.csv or .npz) with t, q1..qn, optional dq1..dqn, tau1..taun")
+    p.add_argument("log", metavar="LOG", nargs="+", help="log file(s) (.csv or .npz) with t, q1..qn, optional dq1..dqn, "
+                   "tau1..taun; several experiments of one arm are identified together, each preprocessed on its own")
     p.add_argument("--arm", required=True, metavar="ARM", help="the arm to identify (bundled name or .toml): kinematics, and the prior / start")
     p.add_argument("--out", required=True, metavar="FILE.toml", help="identified arm file")
     p.add_argument("--report", metavar="FILE.json", help="JSON report: RMSE per joint, condition number, standard deviations, consistency")

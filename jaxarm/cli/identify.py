@@ -77,7 +77,7 @@ def _cmd_identify(args) -> int:
     from ..identify import consistent as ci
     from ..identify.fit import identify_linear, predict_torques, torque_rmse
     from ..identify.linear_model import IdentificationError
-    from ..identify.logs import LogError, load_log, preprocess_log
+    from ..identify.logs import Log, LogError, load_log, preprocess_log
     from ..identify.diagnostics import log_warnings
     from ..identify.selection import select_preprocessing, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
@@ -85,7 +85,7 @@ def _cmd_identify(args) -> int:
 
     outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.report, "--report"), (args.plot, "--plot")) if p]
     paths = [os.path.abspath(p) for p, _ in outputs]
-    if len(set(paths)) != len(paths) or os.path.abspath(args.log) in paths:
+    if len(set(paths)) != len(paths) or any(os.path.abspath(p) in paths for p in args.log):
         raise CommandError("--out, --report, --plot: expected distinct files, none of them the log")
     for path, option in outputs:
         _Outputs.check(path, option)
@@ -112,13 +112,19 @@ def _cmd_identify(args) -> int:
             raise CommandError(str(exc), EXIT_FAILURE) from None
 
     arm = _load_arm(args.arm)
+    logs = []
+    for path in args.log:
+        try:
+            logs.append(load_log(path, arm, angles=args.angles, columns=args.columns))
+        except FileNotFoundError:
+            raise CommandError(f"{path}: no such file") from None
+        except (LogError, OSError) as exc:
+            raise CommandError(_one_line(exc)) from None
     try:
-        raw = load_log(args.log, arm, angles=args.angles, columns=args.columns)
-    except FileNotFoundError:
-        raise CommandError(f"{args.log}: no such file") from None
-    except (LogError, OSError) as exc:
+        raw = Log.concatenate(logs)  # several experiments: each one preprocessed on its own
+    except LogError as exc:
         raise CommandError(_one_line(exc)) from None
-    where = os.path.basename(args.log)
+    where = " + ".join(os.path.basename(p) for p in args.log)
     if raw.tau is None:
         raise CommandError(f"{where}: no torque columns (tau1..tau{arm.n}): identification fits the parameters to measured joint torques")
     # Without --fit-until the last quarter is held out to report validation errors, and the arm
@@ -201,7 +207,7 @@ def _cmd_identify(args) -> int:
     rmse_fit = torque_rmse(fit_log.tau, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq))
     consistency = consistency_report(fitted, drives=True)
     report = {
-        "log": os.path.abspath(args.log),
+        "log": [os.path.abspath(p) for p in args.log] if len(args.log) > 1 else os.path.abspath(args.log[0]),
         "arm": arm.name,
         "method": args.method,
         "friction": friction if args.method == "consistent" else "viscous-coulomb (linear)",

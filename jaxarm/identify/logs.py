@@ -118,6 +118,32 @@ class Log:
         edges = [0, *(self.gaps(max_gap) + 1).tolist(), len(self)]
         return [self._take(slice(a, b)) for a, b in zip(edges[:-1], edges[1:])]
 
+    @staticmethod
+    def concatenate(logs, *, gap: float = 1.0) -> "Log":
+        """Several logs of one arm (different experiments) as one: each later log's time is shifted
+        to start ``gap`` seconds after the previous one ends, so the joins are gaps (:meth:`gaps`)
+        and every experiment is preprocessed on its own. The logs need the same joints and channels."""
+        logs = list(logs)
+        if not logs:
+            raise LogError("Log.concatenate: expected at least one log")
+        first = logs[0]
+        for log in logs[1:]:
+            if log.n != first.n or log.channels != first.channels:
+                raise LogError(f"{log.source or 'Log'}: has {log.n} joints and channels {', '.join(log.channels)}; "
+                               f"{first.source or 'the first log'} has {first.n} and {', '.join(first.channels)}")
+        if len(logs) == 1:
+            return first
+        limit = max(default_max_gap(log) for log in logs if len(log) > 1)
+        gap = max(float(gap), 2.0 * limit)
+        times, end = [], None
+        for log in logs:
+            t = log.t - log.t[0] + (0.0 if end is None else end + gap)
+            times.append(t)
+            end = t[-1]
+        fields = {c: np.concatenate([getattr(log, c) for log in logs]) for c in first.channels}
+        info = {"logs": [log.source for log in logs], "log_starts": np.cumsum([0] + [len(log) for log in logs[:-1]]).tolist()}
+        return Log(t=np.concatenate(times), source=" + ".join(log.source or "Log" for log in logs), info=info, **fields)
+
     def split(self, t) -> tuple["Log", "Log"]:
         """(samples with time < t, samples with time >= t): e.g. fit and held-out parts."""
         return self.slice(None, t), self.slice(t, None)
