@@ -194,3 +194,4 @@ def test_several_logs_are_identified_together(setup, capsys, tmp_path):
     assert rep["log"] == [first, second] and rep["preprocessing"]["segments"] == 2
     assert all(r < 0.05 for r in rep["rmse"]["heldout"])  # noise 0.01
     assert "run1.csv + run2.csv" in stdout
+    assert not any("gap" in w for w in rep["warnings"])  # the join of two experiments is not a gap in either

@@ -78,7 +78,7 @@ def _cmd_identify(args) -> int:
     from ..identify.fit import identify_linear, predict_torques, torque_rmse
     from ..identify.linear_model import IdentificationError
     from ..identify.logs import Log, LogError, load_log, preprocess_log
-    from ..identify.diagnostics import log_warnings
+    from ..identify.diagnostics import conditioning_warning, log_warnings
     from ..identify.selection import select_preprocessing, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
@@ -159,9 +159,6 @@ def _cmd_identify(args) -> int:
             start = with_coulomb_scale(arm, choice.coulomb_scales)
             notes.append(choice.reason())
     friction = args.friction or "viscous-coulomb"
-    if args.method == "linear" and friction == "sigmoid":
-        raise CommandError("--friction sigmoid: the sigmoid model is not linear in its parameters; use --method consistent "
-                           "(--method linear keeps the arm's own sigmoid friction as known)")
     preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto")
 
     def preprocess(part, **extra):
@@ -198,7 +195,9 @@ def _cmd_identify(args) -> int:
         fit_log = preprocess(raw)
         linear, fitted, optimizer = fit(fit_log)
     fitted = fitted.replace(name=f"{arm.name}-identified")
-    warned = log_warnings(raw, condition_number=linear.condition_number_scaled)
+    # each experiment on its own (the joins between several logs are not gaps in any of them)
+    warned = [w for log in logs for w in log_warnings(log)]
+    warned += [w for w in [conditioning_warning(linear.condition_number_scaled)] if w]
     for note in notes:
         print(f"jaxarm: {where}: {note}", file=sys.stderr)
     for note in warned:

@@ -66,8 +66,14 @@ def log_warnings(log: Log, *, condition_number: float | None = None) -> list[str
         notes.append(f"{gaps.size} gap(s) in time (longest {steps.max():.3g} s, first at t = {log.t[gaps[0]]:.6g} s): "
                      f"each contiguous segment is filtered and differentiated on its own; nothing is interpolated "
                      f"across a gap")
-    if condition_number is not None and condition_number > MAX_CONDITION:
-        notes.append(f"the base regressor is poorly conditioned (condition number {condition_number:.3g} > "
-                     f"{MAX_CONDITION:g}): the motion excites some parameter combinations too little; record a "
-                     f"richer trajectory (jaxarm.design_excitation designs one within the arm's limits)")
-    return notes
+    conditioning = conditioning_warning(condition_number)
+    return notes + ([conditioning] if conditioning else [])
+
+
+def conditioning_warning(condition_number: float | None) -> str | None:
+    """The warning for a poorly conditioned (column-scaled) base regressor, or None."""
+    if condition_number is None or not condition_number > MAX_CONDITION:
+        return None
+    return (f"the base regressor is poorly conditioned (condition number {condition_number:.3g} > {MAX_CONDITION:g}): "
+            "the motion excites some parameter combinations too little; record a richer trajectory "
+            "(jaxarm.design_excitation designs one within the arm's limits)")
