@@ -100,7 +100,7 @@ DEFAULT_BASELINE = os.path.join(HERE, "baseline.json")
 
 DYNAMICS = ("inverse_dynamics", "mass_matrix", "forward_dynamics")
 ROLLOUTS = ("rollout_rk3", "rollout_rk4")
-QUANTITIES = DYNAMICS + ROLLOUTS + ("rollout_grad", "compile", "latency")
+QUANTITIES = DYNAMICS + ROLLOUTS + ("rollout_grad", "rollout_stacked", "float32_error", "compile", "latency")
 PEERS = ("pinocchio", "mujoco", "mjx")
 PIN_CALLS = {"inverse_dynamics": "pin.rnea", "mass_matrix": "pin.crba", "forward_dynamics": "pin.aba"}
 HIGHER_IS_BETTER = {"states/s", "steps/s"}
@@ -428,6 +428,70 @@ def bench_jaxarm_rollouts(rec, name, arm, dtype, cfg, rng):
             t = best_time(lambda: jax.block_until_ready(compiled(*args)), cfg.min_time)
             rec.add(name, dname, quantity, impl, B, B * T / t, "steps/s", seconds=t, steps=T, dt=cfg.dt, f64_ops=f64)
             del args
+
+
+def perturbed_arms(arm, rng, B):
+    """``B`` random perturbations of ``arm`` stacked into one arm with a batch axis
+    (:func:`jaxarm.stack_arms`), as in domain randomization: every link mass and the viscous
+    friction scaled by U(0.8, 1.2), every COM moved by N(0, 1 cm) per axis."""
+    base = jaxarm.stack_arms([arm] * B)
+    links, drives = base.links, base.drives
+    links = dataclasses.replace(links, mass=np.asarray(links.mass) * rng.uniform(0.8, 1.2, np.shape(links.mass)),
+                                com=np.asarray(links.com) + rng.normal(0.0, 0.01, np.shape(links.com)))
+    drives = dataclasses.replace(drives, viscous_friction=np.asarray(drives.viscous_friction) * rng.uniform(0.8, 1.2, np.shape(drives.viscous_friction)))
+    return base.replace(links=links, drives=drives)
+
+
+def bench_jaxarm_stacked(rec, name, arm, dtype, cfg, rng):
+    """RK3 rollouts with a different arm per batch element (``jax.vmap`` over a stacked arm:
+    domain randomization), steps/s, beside the same rollouts with one constant arm in the same run
+    (``ratio_to_constant``): the constant arm is folded at trace time, the stacked one cannot be."""
+    impl = f"jaxarm {jaxarm.__version__}"
+    dname = jnp.dtype(dtype).name
+    arm_d = arm.astype(dtype)
+    T = cfg.steps
+
+    def run(a, q0, qd0, u):
+        traj = jaxarm.rollout(a, q0, qd0, u, cfg.dt, method="rk3", on_divergence="flag")
+        return traj.q[-1], traj.qd[-1]
+
+    for B in cfg.rollout_batches:
+        args = tuple(jnp.asarray(x, dtype) for x in rollout_inputs(arm, rng, B, T))
+        arms = perturbed_arms(arm, rng, B).astype(dtype)
+        constant, _ = compile_timed(jax.vmap(rollout_final(arm_d, cfg.dt, "rk3")), *args)
+        stacked, compile_s = compile_timed(jax.vmap(run), arms, *args)
+        check_dtype(stacked, stacked(arms, *args), dtype, f"{name} rollout_stacked")
+        jax.block_until_ready(constant(*args))
+        t_const = best_time(lambda: jax.block_until_ready(constant(*args)), cfg.min_time)
+        t = best_time(lambda: jax.block_until_ready(stacked(arms, *args)), cfg.min_time)
+        if "compile" in cfg.quantities:
+            rec.add(name, dname, "compile", impl, B, unit="s", entry="rollout_stacked", steps=T, **compile_s)
+        rec.add(name, dname, "rollout_stacked", impl, B, B * T / t, "steps/s", seconds=t, steps=T, dt=cfg.dt,
+                ratio_to_constant=t_const / t, constant_steps_per_s=B * T / t_const,
+                call="jax.vmap(rollout) over jaxarm.stack_arms of B perturbed arms")
+
+
+def bench_float32_error(rec, name, arm, cfg, rng, B=16):
+    """How far float32 rollouts drift from float64 ones: the same B random 1000-step RK3 rollouts in
+    both precisions, the largest |q32 - q64| [rad or m] at the end (and over the whole run)."""
+    T = cfg.steps
+    q0, qd0, tau = rollout_inputs(arm, rng, B, T)
+
+    def final_and_path(a):
+        def run(q0, qd0, u):
+            traj = jaxarm.rollout(a, q0, qd0, u, cfg.dt, method="rk3", on_divergence="flag")
+            return traj.q
+
+        return jax.jit(jax.vmap(run))
+
+    qs = {}
+    for dtype in (jnp.float64, jnp.float32):
+        fn = final_and_path(arm.astype(dtype))
+        qs[dtype] = np.asarray(fn(*(jnp.asarray(x, dtype) for x in (q0, qd0, tau))), dtype=np.float64)
+    diff = np.abs(qs[jnp.float32] - qs[jnp.float64])
+    rec.add(name, "float32", "float32_error", f"jaxarm {jaxarm.__version__}", B, float(diff[:, -1].max()), "rad",
+            steps=T, dt=cfg.dt, max_over_run=float(diff.max()),
+            q_range=float(np.ptp(qs[jnp.float64], axis=1).max()), call="max |q_float32 - q_float64| after the last step")
 
 
 def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
@@ -841,8 +905,12 @@ def main(argv=None):
             if "latency" in cfg.quantities:
                 bench_jaxarm_latency(rec, name, arm, dtype, cfg, rng)
             bench_jaxarm_rollouts(rec, name, arm, dtype, cfg, rng)
+            if "rollout_stacked" in cfg.quantities:
+                bench_jaxarm_stacked(rec, name, arm, dtype, cfg, rng)
             if "rollout_grad" in cfg.quantities:
                 bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng)
+        if "float32_error" in cfg.quantities:
+            bench_float32_error(rec, name, arm, cfg, rng)
         if peers_ok.get("pinocchio") and set(DYNAMICS) & set(cfg.quantities):
             bench_pinocchio(rec, name, arm, cfg, rng)
         for peer, bench in (("mujoco", bench_mujoco), ("mjx", bench_mjx)):
