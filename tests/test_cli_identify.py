@@ -125,6 +125,10 @@ def test_report_content(setup, capsys, tmp_path):
     assert all(set(v) == {"ok", "problems"} for v in rep["consistency"].values())
     assert len(rep["rmse"]["fit"]) == 2 and all(r < 0.05 for r in rep["rmse"]["fit"])  # noise 0.01
     assert "rank" in stdout and "condition number" in stdout
+    # identifiability in plain words and in numbers
+    ident = rep["identifiability"]
+    assert ident["rank"] == lin["rank"] and ident["standard_parameters"] == 2 * 14
+    assert 0 <= ident["well_determined"] <= ident["rank"] and "identifiability: the log determines" in stdout
     # the machine-readable verdict: pass/fail per check, with the thresholds used
     verdict = rep["verdict"]
     assert {c["check"] for c in verdict["checks"]} >= {"physically consistent (links, payload, drives)",

@@ -78,7 +78,7 @@ def _cmd_identify(args) -> int:
     from ..identify.fit import identify_linear, predict_torques, torque_rmse
     from ..identify.linear_model import IdentificationError
     from ..identify.logs import Log, LogError, load_log, preprocess_log
-    from ..identify.diagnostics import conditioning_warning, log_warnings
+    from ..identify.diagnostics import conditioning_warning, identifiability, log_warnings
     from ..identify.selection import select_preprocessing, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
@@ -229,6 +229,7 @@ def _cmd_identify(args) -> int:
         "consistency": {label: {"ok": bool(r.ok), "problems": list(r.problems)} for label, r in consistency.items()},
         "consistent": all(r.ok or r.massless for r in consistency.values()),
         "warnings": warned,
+        "identifiability": identifiability(linear),
     }
     report["verdict"] = _verdict(report, rmse_held, rmse_held_start)
     comment = (f"{fitted.name}: identified by 'jaxarm identify' ({args.method}) from {where}"
@@ -262,6 +263,7 @@ def _cmd_identify(args) -> int:
     rows = [[j + 1, f"{rmse_fit[j]:.4g}", f"{rmse_held[j]:.4g}"] for j in range(arm.n)]
     print(_table(["joint", "RMSE fit", "RMSE held-out"], rows, indent=""))
     print(f"base regressor: rank {linear.rank}, condition number {linear.condition_number:.4g}")
+    print("identifiability: " + report["identifiability"]["summary"])
     bad = [label for label, r in consistency.items() if not (r.ok or r.massless)]
     print("physically consistent: " + ("yes" if not bad else "NO (" + ", ".join(bad) + ")"))
     failed = [c["check"] for c in report["verdict"]["checks"] if not c["pass"]]

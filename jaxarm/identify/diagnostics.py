@@ -77,3 +77,31 @@ def conditioning_warning(condition_number: float | None) -> str | None:
     return (f"the base regressor is poorly conditioned (condition number {condition_number:.3g} > {MAX_CONDITION:g}): "
             "the motion excites some parameter combinations too little; record a richer trajectory "
             "(jaxarm.design_excitation designs one within the arm's limits)")
+
+
+WELL_DETERMINED = 5.0  # % relative standard deviation of a base parameter
+LOOSELY_DETERMINED = 30.0  # %
+
+
+def identifiability(linear) -> dict:
+    """What the log determines, from the linear fit (:class:`jaxarm.LinearIdentification`): how
+    many combinations of the standard parameters (rank), how many standard parameters have no
+    effect on the torques at all, and which combinations are well or only loosely determined
+    (relative standard deviation, Gautier & Khalil 1990). ``summary`` says it in one sentence."""
+    rel = np.asarray(linear.beta_relative_std, dtype=float)
+    names = list(linear.base.descriptions)
+    finite = np.isfinite(rel)
+    good = int(np.sum(finite & (rel <= WELL_DETERMINED)))
+    loose = [(names[i], float(rel[i])) for i in np.argsort(-np.where(finite, rel, np.inf)) if not finite[i] or rel[i] > LOOSELY_DETERMINED]
+    total = len(linear.base.standard_names)
+    summary = (f"the log determines {linear.rank} combinations of the {total} standard parameters "
+               f"({len(linear.base.unidentifiable)} standard parameters do not affect the torques and keep the arm file's values); "
+               f"{good} of them to within {WELL_DETERMINED:g} % (relative standard deviation)")
+    if loose:
+        shown = "; ".join(f"{name} ({r:.0f} %)" if np.isfinite(r) else name for name, r in loose[:3])
+        summary += (f", {len(loose)} only loosely (above {LOOSELY_DETERMINED:g} %), the loosest: {shown}; "
+                    "a motion that moves these more (faster, over a wider range) would pin them down")
+    return {"rank": int(linear.rank), "standard_parameters": total, "unidentifiable": list(linear.base.unidentifiable),
+            "well_determined": good, "well_threshold_percent": WELL_DETERMINED,
+            "loosely_determined": [{"combination": n, "relative_std_percent": r if np.isfinite(r) else None} for n, r in loose],
+            "loose_threshold_percent": LOOSELY_DETERMINED, "summary": summary}
