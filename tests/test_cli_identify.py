@@ -83,7 +83,7 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     # the cutoff and Coulomb shape the command chose from the log (and reported)
     rep = json.loads(report.read_text())
     cutoff, scale = rep["preprocessing"]["cutoff"], rep["coulomb_velocity_scale"]
-    assert rep["selection"]["candidates"] and sum(c["chosen"] for c in rep["selection"]["candidates"]) == 1
+    assert rep["selection"]["candidates"] and sum(c["best_score"] for c in rep["selection"]["candidates"]) == 1
     log = load_log(setup["log"], fitted)
     fit_log = preprocess_log(log.slice(None, 2.2), cutoff=cutoff)
     prior = with_coulomb_scale(jaxarm.load_arm(setup["arm"]), scale)

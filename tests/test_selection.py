@@ -54,7 +54,12 @@ def test_noisy_velocities_get_a_low_pass(arm):
     unfiltered = min(c.score for c in choice.candidates if c.cutoff is None)
     assert choice.best.score < 0.8 * unfiltered
     table = choice.table()
-    assert sum(row["chosen"] for row in table) == 1 and len(table) == len(choice.candidates)
+    assert sum(row["best_score"] for row in table) == 1 and len(table) == len(choice.candidates)
+    # every joint took exactly one Coulomb shape, at the chosen cutoff
+    taken = sorted(j for row in table for j in row["chosen_for_joints"])
+    assert taken == [1, 2] and all(row["cutoff_hz"] == choice.cutoff for row in table if row["chosen_for_joints"])
+    np.testing.assert_array_equal(choice.per_joint_rmse, [min(c.rmse[j] for c in choice.candidates if c.cutoff == choice.cutoff)
+                                                          for j in range(2)])
 
 
 def test_smooth_friction_is_recognized(arm):

@@ -80,9 +80,11 @@ class PreprocessingChoice:
         shapes = ["sign(qd)" if s == 0 else f"tanh(qd / {s:g})" for s in self.coulomb_scales]
         shape = shapes[0] if len(set(shapes)) == 1 else "per joint " + ", ".join(shapes)
         chosen = "no filter" if best.cutoff is None else f"cutoff {best.cutoff:g} Hz (order {self.order}, zero phase)"
-        others = [f"{name}: {by_cutoff[c].score:.4f}" for name, c in
-                  ([(f"at {filtered[0]:g} Hz", filtered[0]), (f"at {filtered[-1]:g} Hz", filtered[-1])] if filtered else [])
-                  + ([("no filter", None)] if None in by_cutoff else []) if c != best.cutoff]
+        # the alternatives worth naming: the lowest and highest cutoff tried, and no filter
+        named = {f"at {filtered[0]:g} Hz": filtered[0], f"at {filtered[-1]:g} Hz": filtered[-1]} if filtered else {}
+        if None in by_cutoff:
+            named["no filter"] = None
+        others = [f"{label}: {by_cutoff[c].score:.4f}" for label, c in named.items() if c != best.cutoff]
         return (f"{chosen} and Coulomb shape {shape}, chosen by {self.folds}-fold blocked cross-validation in time: "
                 f"relative validation error {best.score:.4f}" + (f" ({', '.join(others)})" if others else ""))
 
@@ -93,9 +95,15 @@ class PreprocessingChoice:
         return np.array([at[s].rmse[j] for j, s in enumerate(self.coulomb_scales)])
 
     def table(self) -> list[dict]:
-        """Every candidate as a JSON-able dict (for reports)."""
-        return [{"cutoff_hz": c.cutoff, "coulomb_scale": c.coulomb_scale, "score": c.score,
-                 "validation_rmse": [float(x) for x in c.rmse], "chosen": c is self.best} for c in self.candidates]
+        """Every candidate as a JSON-able dict (for reports); ``chosen_for_joints`` lists the joints
+        (from 1) that took the candidate's Coulomb shape, at the chosen cutoff."""
+        rows = []
+        for c in self.candidates:
+            joints = [j + 1 for j, s in enumerate(self.coulomb_scales) if c.cutoff == self.cutoff and s == c.coulomb_scale]
+            rows.append({"cutoff_hz": c.cutoff, "coulomb_scale": c.coulomb_scale, "score": c.score,
+                         "validation_rmse": [float(x) for x in c.rmse], "best_score": c is self.best,
+                         "chosen_for_joints": joints})
+        return rows
 
 
 def with_coulomb_scale(arm: Arm, scale) -> Arm:
