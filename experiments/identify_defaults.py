@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import json
 import sys
@@ -36,25 +35,9 @@ import numpy as np  # noqa: E402
 import jaxarm  # noqa: E402
 from jaxarm.cli import main as jaxarm_main  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "panda" / "panda_excitation_traj1.csv"
-# Gaz et al. 2019 RA-L, supplementary Table I: sigmoid friction (phi1, phi2, phi3) per joint.
-SIGMOID = np.array([
-    [0.54615, 5.1181, 0.039533],
-    [0.87224, 9.0657, 0.025882],
-    [0.64068, 10.136, -0.04607],
-    [1.2794, 5.5903, 0.036194],
-    [0.83904, 8.3469, 0.026226],
-    [0.30301, 17.133, -0.021047],
-    [0.56489, 10.336, 0.0035526],
-])
-# The published model's held-out RMSE on t >= 14.7 s as its authors evaluated it (data README).
-PUBLISHED_LAST = np.array([0.350, 0.726, 0.312, 0.471, 0.140, 0.130, 0.062])
-
-
-def published_arm():
-    arm = jaxarm.load_arm("panda")
-    return arm.replace(drives=dataclasses.replace(arm.drives, sigmoid_friction=SIGMOID))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the log's place, Gaz et al.'s friction and their reported held-out errors: one copy, there
+from identify_panda import DATA, PUBLISHED as PUBLISHED_LAST, published_arm  # noqa: E402
 
 def run_split(log: Path, split: str, at: float, folder: Path) -> dict:
     out, report = folder / f"{split}.toml", folder / f"{split}.json"

@@ -48,11 +48,11 @@ def _identify_plot(fmt, t, measured, predicted, label):
     return write
 
 
-MAX_CONDITION_SCALED = 1e3  # base regressor, columns scaled: the excitation criterion of the verdict
-
-
 def _verdict(report: dict, rmse_held, rmse_held_start) -> dict:
-    """Pass/fail per check with the threshold used, for a user's CI to gate on (``"pass"``: all)."""
+    """Pass/fail per check with the threshold used, for a user's CI to gate on (``"pass"``: all).
+    The conditioning threshold is the one the warnings use (:data:`jaxarm.identify.diagnostics.MAX_CONDITION`)."""
+    from ..identify.diagnostics import MAX_CONDITION
+
     condition = float(report["linear"]["condition_number_scaled"])
     optimizer = report["optimizer"]
     checks = [
@@ -61,8 +61,8 @@ def _verdict(report: dict, rmse_held, rmse_held_start) -> dict:
         {"check": "held-out RMSE no worse than the starting arm's on every joint", "threshold": "ratio <= 1",
          "ratio": (np.asarray(rmse_held) / np.maximum(np.asarray(rmse_held_start), 1e-300)).round(4).tolist(),
          "pass": bool(np.all(np.asarray(rmse_held) <= np.asarray(rmse_held_start)))},
-        {"check": "base regressor well conditioned (columns scaled)", "threshold": MAX_CONDITION_SCALED,
-         "value": condition, "pass": condition <= MAX_CONDITION_SCALED},
+        {"check": "base regressor well conditioned (columns scaled)", "threshold": MAX_CONDITION,
+         "value": condition, "pass": condition <= MAX_CONDITION},
         {"check": "no warnings about the log", "pass": not report["warnings"], "count": len(report["warnings"])},
     ]
     if optimizer is not None:
