@@ -52,3 +52,40 @@ def cholesky_solve_scalars(M, b):
             s = s - L[k][i] * x[k]
         x[i] = s * inv_diag[i]
     return x
+
+
+def cholesky_factor(M):
+    """The lower Cholesky factor L (n, n) of a symmetric positive definite M (n, n), unrolled
+    (Golub & Van Loan alg. 4.2.1); NaN entries where M is not positive definite."""
+    n = M.shape[-1]
+    L = [[jnp.zeros((), M.dtype)] * n for _ in range(n)]
+    for j in range(n):
+        s = M[j, j]
+        for k in range(j):
+            s = s - L[j][k] * L[j][k]
+        d = jnp.sqrt(s)
+        L[j][j] = d
+        for i in range(j + 1, n):
+            s = M[i, j]
+            for k in range(j):
+                s = s - L[i][k] * L[j][k]
+            L[i][j] = s / d
+    return jnp.stack([jnp.stack(row) for row in L])
+
+
+def cholesky_solve_factored(L, B):
+    """Solve L L^T X = B for X, B (n,) or (n, m), by two unrolled triangular substitutions."""
+    n = L.shape[-1]
+    y = [None] * n
+    for i in range(n):
+        s = B[i]
+        for k in range(i):
+            s = s - L[i, k] * y[k]
+        y[i] = s / L[i, i]
+    x = [None] * n
+    for i in reversed(range(n)):
+        s = y[i]
+        for k in range(i + 1, n):
+            s = s - L[k, i] * x[k]
+        x[i] = s / L[i, i]
+    return jnp.stack(x)

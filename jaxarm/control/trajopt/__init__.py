@@ -26,7 +26,9 @@ The solvers simulate an internal copy of the arm with its input limits removed: 
 keeps u inside them (exactly for squash, to ``tol_violation`` for the augmented Lagrangian), so the
 dynamics never hide a violation behind a clip with zero gradient.
 """
+from . import terms
 from .objective import trajectory_cost
+from .ocp import OCP, ocp
 from .problem import (
     TORQUE_LIMIT_MODES,
     IterationLog,
@@ -34,6 +36,7 @@ from .problem import (
     TrajoptResult,
     reach_problem,
 )
+from .solvers.ddp import DDPLog, OCPResult, ddp
 from .solvers.ilqr import ilqr
 from .solvers.shooting import multiple_shooting, shooting
 from .warm_start import minimum_jerk, position_ik, reach_warm_start
@@ -41,4 +44,5 @@ from .warm_start import minimum_jerk, position_ik, reach_warm_start
 __all__ = [
     "TORQUE_LIMIT_MODES", "IterationLog", "ReachProblem", "TrajoptResult", "reach_problem", "trajectory_cost",
     "position_ik", "minimum_jerk", "reach_warm_start", "shooting", "multiple_shooting", "ilqr",
+    "terms", "OCP", "ocp", "ddp", "OCPResult", "DDPLog",
 ]

@@ -1,0 +1,266 @@
+"""An optimal-control problem for an arm: whatever costs and constraints the user writes.
+
+    minimize    sum_{k<T} l(x_k, u_k, k) + l_T(x_T)
+    subject to  x_{k+1} = F(x_k, u_k)         (one step of :func:`jaxarm.rollout`'s integrator)
+                x_0 given,  lower <= u_k <= upper,
+                g(x_k, u_k, k) <= 0,  h(x_k, u_k, k) = 0   (path and terminal constraints)
+
+The costs and constraints are sums of :mod:`jaxarm.trajopt.terms` (tool position, orientation,
+via points, effort, keep-out spheres, limits ... or your own functions), plus, as trajax takes
+them, a plain ``running(x, u, k, params)`` and ``terminal(x, params)``. The problem is a pytree:
+its arrays (start state, bounds, the terms' targets and weights, ``params``, the arm) are leaves,
+the functions and the horizon are static, so one solver call can be ``jax.vmap``-ed over problems
+and differentiated with respect to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...model import checks
+from ...model.arm import Arm
+from ...simulate import integrators
+from ..linearize import _check_input_kind, _joint_torque
+from . import terms as _terms
+from .problem import _input_limit, _without_input_limits
+from ...dynamics.forward import _forward_dynamics
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class OCP:
+    """An optimal-control problem (build it with :func:`ocp`).
+
+    arm: the arm whose dynamics are the constraint x_{k+1} = F(x_k, u_k) (its input limits are the
+    default bounds; the dynamics themselves never clip); x0: (2n,) start state (q, qd); dt: ()
+    step; lower, upper: (n,) input bounds (+-inf where free); params: your pytree (targets,
+    weights, obstacles; read by terms that name its entries and passed to your functions);
+    costs, constraints: tuples of :class:`jaxarm.trajopt.terms.Term`; T: horizon (steps);
+    method: integrator ("rk3" ...); input: "torque" or "voltage".
+    """
+
+    arm: Arm
+    x0: Any
+    dt: Any
+    lower: Any
+    upper: Any
+    params: Any
+    costs: tuple
+    constraints: tuple
+    T: int
+    method: Any = "rk3"
+    input: str = "torque"
+
+    @property
+    def n(self) -> int:
+        return self.arm.n
+
+    def replace(self, **changes) -> "OCP":
+        """A copy with some fields replaced (e.g. ``params``, ``x0``); checked again."""
+        new = dataclasses.replace(self, **changes)
+        _check_shapes(new, "OCP.replace")
+        return new
+
+    def step(self, x, u):
+        """x_{k+1} (2n,) = F(x_k, u_k): one integrator step with u held (no clipping)."""
+        return _step(solver_arm(self), x, u, self.dt, self.method, self.input)
+
+    def __repr__(self) -> str:
+        names = ", ".join(t.name for t in self.costs)
+        cons = ", ".join(t.name for t in self.constraints)
+        return f"OCP(arm={self.arm.name!r}, T={self.T}, costs=[{names}], constraints=[{cons}], input={self.input!r})"
+
+
+jax.tree_util.register_dataclass(OCP, data_fields=["arm", "x0", "dt", "lower", "upper", "params", "costs", "constraints"],
+                                 meta_fields=["T", "method", "input"])
+
+
+def _step(arm, x, u, dt, method, input):
+    n = arm.n
+    step = integrators.get_method(method)
+
+    def accel(t, q, qd):
+        return _forward_dynamics(arm, q, qd, _joint_torque(arm, u, qd, input, False))
+
+    q, qd, _ = step(accel, 0.0, x[:n], x[n:], dt)
+    return jnp.concatenate([q, qd])
+
+
+def ocp(
+    arm: Arm,
+    q0,
+    T: int,
+    dt,
+    *,
+    qd0=None,
+    costs=None,
+    constraints=None,
+    running: Callable | None = None,
+    terminal: Callable | None = None,
+    path_inequality: Callable | None = None,
+    path_equality: Callable | None = None,
+    terminal_inequality: Callable | None = None,
+    terminal_equality: Callable | None = None,
+    params=None,
+    lower=None,
+    upper=None,
+    joint_limits: bool = True,
+    method="rk3",
+    input: str = "torque",
+) -> OCP:
+    """An :class:`OCP`: move the arm from (q0, qd0) over T steps of dt.
+
+    costs, constraints: terms from :mod:`jaxarm.trajopt.terms`, added up or in a list.
+    running(x, u, k, params) -> (), terminal(x, params) -> (): plain JAX cost functions (summed
+    over k = 0..T-1 as they are, no dt); path_inequality(x, u, k, params) -> (m,) <= 0 and
+    path_equality (= 0) at k = 0..T-1; terminal_inequality(x, params), terminal_equality at x_T.
+    (Terms get the arm as their first argument; use :func:`terms.custom` when a function needs it,
+    e.g. to differentiate with respect to the arm.)
+    lower, upper: input bounds, scalar or (n,); default -+ the arm's torque limit (voltage limit
+    with ``input="voltage"``), infinite where it has none. joint_limits: add the arm's joint
+    position and velocity limits as constraints (:func:`terms.joint_limits`).
+
+    Every function is traced once here, on abstract values (nothing compiles), so a cost that
+    returns the wrong shape, a params entry that is missing or a bound below its partner is
+    reported now, by name.
+    """
+    func = "ocp"
+    checks.check_arm(arm, func)
+    _check_input_kind(arm, input, func)
+    integrators.get_method(method)
+    if not isinstance(T, (int, np.integer)) or isinstance(T, bool) or T < 1:
+        raise ValueError(f"{func}: T: expected a whole number of steps >= 1, got {T!r}")
+    T = int(T)
+    try:
+        dt_f = float(dt)
+    except (TypeError, ValueError):
+        raise ValueError(f"{func}: dt: expected a positive time step in seconds, got {dt!r}") from None
+    if not (np.isfinite(dt_f) and dt_f > 0):
+        raise ValueError(f"{func}: dt: expected a positive time step in seconds, got {dt!r}")
+    n = arm.n
+    q0 = checks.joint_vector(q0, arm, "q0", func)
+    qd0 = jnp.zeros_like(q0) if qd0 is None else checks.joint_vector(qd0, arm, "qd0", func)
+    _finite(q0, "q0", func)
+    _finite(qd0, "qd0", func)
+    x0 = jnp.concatenate([q0, qd0]).astype(jnp.result_type(float))
+    lim = jnp.asarray(_input_limit(arm, input), dtype=x0.dtype)
+    lower = -lim if lower is None else _bound(lower, n, "lower", func, x0.dtype)
+    upper = lim if upper is None else _bound(upper, n, "upper", func, x0.dtype)
+    if not isinstance(lower, jax.core.Tracer) and not isinstance(upper, jax.core.Tracer):
+        bad = np.flatnonzero(~(np.asarray(lower) <= np.asarray(upper)))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{func}: lower, upper: the input bounds are infeasible at joint {i + 1}: "
+                             f"lower {float(lower[i])} > upper {float(upper[i])}")
+    params = {} if params is None else params
+
+    cost_terms = list(_terms.as_terms(costs, "costs"))
+    con_terms = list(_terms.as_terms(constraints, "constraints"))
+    for t in cost_terms:
+        if t.kind not in ("residual", "scalar"):
+            raise ValueError(f"{func}: costs: term {t.name!r} is a constraint ({t.kind}); pass it in constraints=")
+    for t in con_terms:
+        if t.kind not in ("inequality", "equality"):
+            raise ValueError(f"{func}: constraints: term {t.name!r} is a cost; pass it in costs=")
+    for name, fn in (("running", running), ("terminal", terminal), ("path_inequality", path_inequality),
+                     ("path_equality", path_equality), ("terminal_inequality", terminal_inequality),
+                     ("terminal_equality", terminal_equality)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{func}: {name}: expected a function, got {type(fn).__name__}")
+    user_running = None
+    if running is not None:
+        user_running = _terms._make("running", "scalar", lambda a, x, u, k, d, p, f=running: f(x, u, k, p), "path", True)
+    if terminal is not None:
+        cost_terms.append(_terms._make("terminal", "scalar", lambda a, x, u, k, d, p, f=terminal: f(x, p), "end", False))
+    for name, fn, kind, when, uses in (
+        ("path_inequality", path_inequality, "inequality", "path", True),
+        ("path_equality", path_equality, "equality", "path", True),
+        ("terminal_inequality", terminal_inequality, "inequality", "end", False),
+        ("terminal_equality", terminal_equality, "equality", "end", False),
+    ):
+        if fn is None:
+            continue
+        if uses:
+            wrapped = lambda a, x, u, k, d, p, f=fn: jnp.atleast_1d(f(x, u, k, p))  # noqa: E731
+        else:
+            wrapped = lambda a, x, u, k, d, p, f=fn: jnp.atleast_1d(f(x, p))  # noqa: E731
+        con_terms.append(_terms._make(name, kind, wrapped, when, uses))
+    if joint_limits:
+        con_terms.insert(0, _terms.joint_limits())
+
+    def scheduled(t, s=None):
+        s = _terms.schedule(t, T, dt_f, func) if s is None else s
+        return dataclasses.replace(t, schedule=jnp.asarray(s, dtype=x0.dtype))
+
+    cost_terms = [scheduled(t) for t in cost_terms]
+    if user_running is not None:  # summed as written, no dt
+        s = np.zeros(T + 1)
+        s[:T] = 1.0
+        cost_terms.append(scheduled(user_running, s))
+    if not cost_terms:
+        raise ValueError(f"{func}: costs: the problem has no cost; give terms (e.g. trajopt.terms.effort()) or running=/terminal=")
+    problem = OCP(arm=arm, x0=x0, dt=jnp.asarray(dt_f, x0.dtype), lower=lower, upper=upper, params=params,
+                  costs=tuple(cost_terms), constraints=tuple(scheduled(t) for t in con_terms), T=T, method=method,
+                  input=input)
+    _check_shapes(problem, func)
+    return problem
+
+
+def _finite(a, name, func):
+    if not isinstance(a, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(a)))):
+        raise ValueError(f"{func}: {name}: expected finite values, got {np.asarray(a).tolist()}")
+
+
+def _bound(b, n, name, func, dtype):
+    a = jnp.asarray(b, dtype=dtype)
+    if a.ndim == 0:
+        a = jnp.broadcast_to(a, (n,))
+    if a.shape != (n,):
+        raise ValueError(f"{func}: {name}: expected a number or shape ({n},) (one per joint), got {a.shape}")
+    if not isinstance(a, jax.core.Tracer) and bool(np.any(np.isnan(np.asarray(a)))):
+        raise ValueError(f"{func}: {name}: expected numbers (+-inf for no bound), got NaN")
+    return a
+
+
+def _check_shapes(problem: OCP, func: str) -> None:
+    """Trace every term once on abstract values: shapes and params lookups, before any compile."""
+    n = problem.n
+    if jnp.shape(problem.x0) != (2 * n,):
+        raise ValueError(f"{func}: x0: expected shape ({2 * n},) = (q, qd), got {jnp.shape(problem.x0)}")
+    dtype = jnp.result_type(problem.x0)
+    x = jax.ShapeDtypeStruct((2 * n,), dtype)
+    u = jax.ShapeDtypeStruct((n,), dtype)
+    k = jax.ShapeDtypeStruct((), jnp.int32)
+    for group in (problem.costs, problem.constraints):
+        for t in group:
+            if jnp.shape(t.schedule) != (problem.T + 1,):
+                raise ValueError(f"{func}: term {t.name!r}: its schedule has shape {jnp.shape(t.schedule)}, "
+                                 f"expected ({problem.T + 1},) for T = {problem.T}; build the problem again with ocp() to change T")
+            try:
+                out = jax.eval_shape(lambda arm, x, u, k, d, p, t=t: t.fn(arm, x, u, k, t.values(p) if d is None else d, p),
+                                     problem.arm, x, u, k, None, problem.params)
+            except KeyError as e:
+                raise KeyError(f"{func}: {e.args[0]}") from None
+            except Exception as e:  # a user function that fails on abstract values: say which
+                raise ValueError(f"{func}: term {t.name!r} fails when evaluated at a knot "
+                                 f"(x ({2 * n},), u ({n},), k, params): {type(e).__name__}: {e}") from e
+            shape = out.shape
+            if t.kind == "scalar" and shape != ():
+                raise ValueError(f"{func}: term {t.name!r}: a cost must return a scalar, got shape {shape}")
+            if t.kind != "scalar" and len(shape) != 1:
+                raise ValueError(f"{func}: term {t.name!r}: expected a vector (m,) of "
+                                 f"{'residuals' if t.kind == 'residual' else 'constraint values'}, got shape {shape}")
+            if not jnp.issubdtype(out.dtype, jnp.floating):
+                raise ValueError(f"{func}: term {t.name!r}: expected floating-point values, got {out.dtype}")
+            w = t.values(problem.params).get("weight")
+            if w is not None and jnp.ndim(w) != 0:
+                raise ValueError(f"{func}: term {t.name!r}: weight: expected a scalar, got shape {jnp.shape(w)}")
+
+
+def solver_arm(problem: OCP) -> Arm:
+    """The arm the solver simulates: input limits removed (the bounds are the solver's job)."""
+    return _without_input_limits(problem.arm, problem.input)

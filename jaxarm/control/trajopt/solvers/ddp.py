@@ -1,0 +1,542 @@
+"""Box-constrained, feasibility-driven DDP for :class:`jaxarm.trajopt.OCP` problems.
+
+The solver combines three published pieces:
+
+- iLQR / DDP (Li & Todorov 2004; Tassa, Erez & Todorov 2012): a Riccati-like backward pass on the
+  linearized step x_{k+1} = F(x_k, u_k) and the quadratized costs, a nonlinear forward pass with
+  a backtracking line search and Levenberg-Marquardt regularization of Q_uu. Least-squares terms
+  are quadratized by Gauss-Newton, scalar terms by ``jax.hessian``; ``second_order=True`` adds the
+  dynamics' curvature V_x' d^2F (full DDP).
+- Box-DDP (Tassa, Mansard & Todorov 2014, Algorithm 2 and section III-B): the input bounds
+  lower <= u <= upper are handled inside the backward pass. Each stage solves the box-constrained
+  QP min_du 1/2 du^T Q_uu du + Q_u^T du with u + du in the box by projected Newton; the feedback
+  gain acts only on the free inputs (rows of clamped inputs are zero), so no iterate ever leaves
+  the box.
+- Feasibility-driven DDP (FDDP; Mastalli et al. 2020, "Crocoddyl", section IV): the state
+  trajectory is a decision too, so a solve may start from an infeasible guess (for example
+  states interpolated towards a goal). The gaps f_{k+1} = F(x_k, u_k) - x_{k+1} enter the backward
+  pass (V_x' = V_x + V_xx f) and the forward pass closes them by the step length:
+  x_{k+1} = F(x_k, u_k) - (1 - alpha) f_{k+1}, so a full step makes the trajectory dynamically
+  feasible. The expected change of the cost along a step is evaluated exactly for the quadratic
+  model (it is alpha g1 + alpha^2 g2, both from one linear rollout).
+
+General constraints g <= 0 and h = 0 (joint limits, keep-out spheres, via points, terminal
+equalities) are handled by an augmented Lagrangian around the DDP iterations (Nocedal & Wright
+2006, eqs 17.39 and 17.65; as in ALTRO, Howell, Jackson & Manchester 2019): the same compiled
+iteration body serves every outer round.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ....dynamics import linalg
+from ..ocp import OCP, _step, solver_arm
+
+# Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
+CONVERGED, ITERATION_LIMIT, NO_PROGRESS, INFEASIBLE, NOT_FINITE = 0, 1, 2, 3, 4
+STATUS = {
+    CONVERGED: "converged",
+    ITERATION_LIMIT: "iteration limit",
+    NO_PROGRESS: "no progress (regularization at its bound)",
+    INFEASIBLE: "constraints not satisfied",
+    NOT_FINITE: "non-finite values",
+}
+ADVICE = {
+    CONVERGED: "",
+    ITERATION_LIMIT: "raise max_iterations, or start closer (a warm start: u_init from a previous "
+                     "solution, x_init of states towards the goal)",
+    NO_PROGRESS: "the line search found no decrease even with heavy regularization: the problem is badly "
+                 "scaled (weights of very different sizes), a term is not smooth where the solver is, or tol "
+                 "is below what the floating-point type can resolve (use float64)",
+    INFEASIBLE: "the constraints could not all be met: check that they are compatible (a keep-out region "
+                "around the goal, limits the start state already violates, bounds too tight for the motion); "
+                "raise al_iterations or mu_max if the violation was still shrinking",
+    NOT_FINITE: "the rollout produced NaN or inf: smaller dt, or bounds that keep the inputs reasonable",
+}
+
+
+class DDPLog(NamedTuple):
+    """Per iteration, (max_iterations,) each, NaN after the last: cost (the objective with the
+    augmented-Lagrangian terms), gap (largest dynamics defect |f|), alpha (accepted step, 0 when
+    rejected), regularization (mu on Q_uu), expected (the model's predicted change at alpha = 1)."""
+
+    cost: jnp.ndarray
+    gap: jnp.ndarray
+    alpha: jnp.ndarray
+    regularization: jnp.ndarray
+    expected: jnp.ndarray
+
+
+class OCPResult(NamedTuple):
+    """The answer of :func:`ddp`.
+
+    x: (T+1, 2n) states (q, qd); u: (T, n) inputs (pass back as ``u_init`` to warm-start);
+    cost: () the problem's cost (no constraint terms); max_violation: () largest constraint
+    violation (g > 0 or |h|) over the knots where each constraint applies; max_gap: () largest
+    dynamics defect |F(x_k, u_k) - x_{k+1}| (0 once feasible); iterations: () DDP iterations (all
+    augmented-Lagrangian rounds); converged: () bool; status: () int, why it stopped (see
+    :meth:`reason`); multipliers: (T+1, m) the constraints' Lagrange multipliers; history: DDPLog.
+    """
+
+    x: jnp.ndarray
+    u: jnp.ndarray
+    cost: jnp.ndarray
+    max_violation: jnp.ndarray
+    max_gap: jnp.ndarray
+    iterations: jnp.ndarray
+    converged: jnp.ndarray
+    status: jnp.ndarray
+    multipliers: jnp.ndarray
+    history: DDPLog
+
+    @property
+    def q(self):
+        return self.x[..., : self.u.shape[-1]]
+
+    @property
+    def qd(self):
+        return self.x[..., self.u.shape[-1]:]
+
+    def reason(self) -> str:
+        """Why the solve stopped and, when it did not converge, what to try (one solve, concrete)."""
+        status = int(np.asarray(self.status))
+        text = f"{STATUS[status]} after {int(np.asarray(self.iterations))} iterations: cost {float(np.asarray(self.cost)):.6g}, " \
+               f"max violation {float(np.asarray(self.max_violation)):.3g}, max gap {float(np.asarray(self.max_gap)):.3g}"
+        return text if status == CONVERGED else f"{text}. Try: {ADVICE[status]}"
+
+
+# --------------------------------------------------------------------------- knots
+
+
+def _constraint_layout(problem: OCP):
+    """Sizes of the constraint terms (static) and which entries are equalities."""
+    n = problem.n
+    dtype = jnp.result_type(problem.x0)
+    x, u = jax.ShapeDtypeStruct((2 * n,), dtype), jax.ShapeDtypeStruct((n,), dtype)
+    k = jax.ShapeDtypeStruct((), jnp.int32)
+    sizes = []
+    for t in problem.constraints:
+        out = jax.eval_shape(lambda arm, x, u, k, p, t=t: t.fn(arm, x, u, k, t.values(p), p), problem.arm, x, u, k, problem.params)
+        sizes.append(out.shape[0])
+    eq = np.concatenate([np.full(m, t.kind == "equality") for t, m in zip(problem.constraints, sizes)]) if sizes else np.zeros(0, bool)
+    return sizes, eq
+
+
+def _residuals(problem, arm, xu, k):
+    """Stacked residuals (r,) of the least-squares costs at knot k, and their weights (r,)."""
+    n = problem.n
+    x, u = xu[: 2 * n], xu[2 * n:]
+    rs, ws = [], []
+    for t in problem.costs:
+        if t.kind != "residual":
+            continue
+        d = t.values(problem.params)
+        r = t.fn(arm, x, u, k, d, problem.params)
+        rs.append(r)
+        ws.append(jnp.broadcast_to(d["weight"] * t.schedule[k], r.shape))
+    if not rs:
+        return jnp.zeros(0, xu.dtype), jnp.zeros(0, xu.dtype)
+    return jnp.concatenate(rs), jnp.concatenate(ws)
+
+
+def _scalars(problem, arm, xu, k):
+    n = problem.n
+    x, u = xu[: 2 * n], xu[2 * n:]
+    total = jnp.zeros((), xu.dtype)
+    for t in problem.costs:
+        if t.kind == "scalar":
+            total = total + t.schedule[k] * t.fn(arm, x, u, k, t.values(problem.params), problem.params)
+    return total
+
+
+def _constraints(problem, arm, xu, k):
+    """Stacked constraint values (m,) at knot k and whether each applies there (m,) bool."""
+    n = problem.n
+    x, u = xu[: 2 * n], xu[2 * n:]
+    cs, ms = [], []
+    for t in problem.constraints:
+        c = t.fn(arm, x, u, k, t.values(problem.params), problem.params)
+        cs.append(c)
+        ms.append(jnp.broadcast_to(t.schedule[k] > 0, c.shape))
+    if not cs:
+        return jnp.zeros(0, xu.dtype), jnp.zeros(0, bool)
+    return jnp.concatenate(cs), jnp.concatenate(ms)
+
+
+def _al_parts(c, active, eq, lam, mu):
+    """Augmented-Lagrangian value, first and (Gauss-Newton) second derivatives in c, entrywise:
+    inequalities (max(0, lam + mu c)^2 - lam^2) / (2 mu) (Nocedal & Wright eq 17.65), equalities
+    lam c + mu c^2 / 2 (eq 17.36); zero where the constraint does not apply."""
+    shifted = lam + mu * c
+    pos = shifted > 0
+    val = jnp.where(eq, lam * c + 0.5 * mu * c**2, (jnp.maximum(0.0, shifted) ** 2 - lam**2) / (2.0 * mu))
+    d1 = jnp.where(eq, shifted, jnp.maximum(0.0, shifted))
+    d2 = jnp.where(eq | pos, mu, 0.0)
+    z = jnp.zeros_like(c)
+    return jnp.where(active, val, z), jnp.where(active, d1, z), jnp.where(active, d2, z)
+
+
+def _violation(c, active, eq):
+    return jnp.where(active, jnp.where(eq, jnp.abs(c), jnp.maximum(c, 0.0)), 0.0)
+
+
+def _knot_cost(problem, arm, xu, k):
+    """The problem's cost at knot k (no constraint terms)."""
+    r, w = _residuals(problem, arm, xu, k)
+    return jnp.sum(w * r**2) + _scalars(problem, arm, xu, k)
+
+
+def _knot_value(problem, arm, eq, xu, k, lam, mu):
+    val = _knot_cost(problem, arm, xu, k)
+    c, active = _constraints(problem, arm, xu, k)
+    al, _, _ = _al_parts(c, active, eq, lam, mu)
+    return val + jnp.sum(al)
+
+
+def _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam, mu):
+    """Gradient (2n+n,) and Hessian (3n, 3n) of one knot's objective: Gauss-Newton for residuals
+    and constraint penalties (one forward-mode Jacobian of all of them), exact for scalar terms."""
+    def stacked(xu):
+        r, w = _residuals(problem, arm, xu, k)
+        c, active = _constraints(problem, arm, xu, k)
+        out = jnp.concatenate([r, c])
+        return out, (out, w, active)
+
+    J, (vals, w, active) = jax.jacfwd(stacked, has_aux=True)(xu)
+    nr = w.shape[0]
+    r, c = vals[:nr], vals[nr:]
+    Jr, Jc = J[:nr], J[nr:]
+    _, d1, d2 = _al_parts(c, active, eq, lam, mu)
+    g = 2.0 * Jr.T @ (w * r) + Jc.T @ d1
+    H = 2.0 * Jr.T @ (w[:, None] * Jr) + Jc.T @ (d2[:, None] * Jc)
+    if has_scalars:
+        s = lambda xu: _scalars(problem, arm, xu, k)  # noqa: E731
+        g = g + jax.grad(s)(xu)
+        H = H + jax.hessian(s)(xu)
+    return g, H
+
+
+# --------------------------------------------------------------------------- box QP
+
+
+def _box_qp(H, g, lo, hi, iterations: int = 10):
+    """min_x g^T x + x^T H x / 2 subject to lo <= x <= hi by projected Newton (Bertsekas 1982; the
+    solver of Tassa, Mansard & Todorov 2014): Newton steps on the free set, a projected Armijo
+    line search over alpha = 1, 1/2, ..., 1/512. Returns x, the free set and the Cholesky factor of
+    H restricted to it (identity on clamped rows) for the feedback gains."""
+    m = g.shape[0]
+    eye = jnp.eye(m, dtype=H.dtype)
+    f = lambda x: g @ x + 0.5 * x @ H @ x  # noqa: E731
+    alphas = 0.5 ** jnp.arange(10, dtype=H.dtype)
+
+    def free_set(x):
+        grad = g + H @ x
+        clamped = ((x <= lo) & (grad > 0)) | ((x >= hi) & (grad < 0))
+        return ~clamped, grad
+
+    def factor(free):
+        Hf = jnp.where(free[:, None] & free[None, :], H, eye)
+        return linalg.cholesky_factor(Hf)
+
+    def body(_, x):
+        free, grad = free_set(x)
+        L = factor(free)
+        step = -linalg.cholesky_solve_factored(L, jnp.where(free, grad, 0.0))
+        trial = jnp.clip(x[None] + alphas[:, None] * step[None], lo, hi)
+        fx = f(x)
+        ok = jax.vmap(f)(trial) <= fx + 1e-4 * (trial - x[None]) @ grad
+        j = jnp.argmax(ok)
+        return jnp.where(jnp.any(ok) & jnp.all(jnp.isfinite(step)), trial[j], x)
+
+    x = jax.lax.fori_loop(0, iterations, body, jnp.clip(jnp.zeros_like(g), lo, hi))
+    free, _ = free_set(x)
+    return x, free, factor(free)
+
+
+# --------------------------------------------------------------------------- solver
+
+
+class _Backward(NamedTuple):
+    k: jnp.ndarray  # (T, n) feedforward du
+    K: jnp.ndarray  # (T, n, 2n) feedback gains (zero rows for clamped inputs)
+    ok: jnp.ndarray  # () every regularized Q_uu was positive definite
+
+
+def ddp(
+    problem: OCP,
+    u_init=None,
+    x_init=None,
+    *,
+    max_iterations: int = 200,
+    tol: float = 1e-8,
+    tol_violation: float = 1e-5,
+    tol_gap: float = 1e-9,
+    regularization: float = 0.0,
+    reg_min: float = 1e-9,
+    reg_max: float = 1e9,
+    reg_factor: float = 10.0,
+    line_search_steps: int = 10,
+    armijo: float = 1e-4,
+    al_iterations: int = 20,
+    mu: float = 10.0,
+    mu_growth: float = 10.0,
+    mu_max: float = 1e8,
+    second_order: bool = False,
+    multipliers=None,
+) -> OCPResult:
+    """Solve an :class:`jaxarm.trajopt.OCP` by box-constrained feasibility-driven DDP (see the
+    module docstring) with an augmented Lagrangian for its constraints.
+
+    u_init: (T, n) initial inputs (default: the inputs that hold the start pose against gravity,
+    clipped to the bounds; zero for voltage input); x_init: (T+1, 2n) initial states (default: the
+    rollout of u_init, a feasible start). An x_init that is not the rollout of u_init (for example
+    states interpolated towards the goal) starts the solve infeasible: its gaps close along the
+    iterations. multipliers: (T+1, m) the constraints' multipliers to start from (a warm start,
+    e.g. ``previous.multipliers``).
+
+    Stops when the trajectory is feasible (gaps below ``tol_gap``), the constraints hold to
+    ``tol_violation`` and the model's predicted decrease of a full step is below ``tol`` relative
+    to the cost (or an accepted step changed it by less); ``status`` and :meth:`OCPResult.reason`
+    say why otherwise. Pure and traceable: ``jax.jit`` it, ``jax.vmap`` it over problems (e.g.
+    ``jax.vmap(lambda g: ddp(problem.replace(params={"goal": g})))``).
+    """
+    func = "ddp"
+    if not isinstance(problem, OCP):
+        raise TypeError(f"{func}: problem: expected a jaxarm.trajopt.OCP (see jaxarm.trajopt.ocp), got {type(problem).__name__}")
+    for name, v in (("max_iterations", max_iterations), ("al_iterations", al_iterations), ("line_search_steps", line_search_steps)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{func}: {name}: expected a whole number >= 1, got {v!r}")
+    for name, v in (("tol", tol), ("tol_violation", tol_violation), ("tol_gap", tol_gap), ("regularization", regularization),
+                    ("reg_min", reg_min), ("reg_max", reg_max), ("mu", mu), ("mu_max", mu_max)):
+        if not (np.isfinite(v) and v >= 0):
+            raise ValueError(f"{func}: {name}: expected a finite number >= 0, got {v!r}")
+    if not reg_factor > 1 or not mu_growth >= 1:
+        raise ValueError(f"{func}: reg_factor > 1 and mu_growth >= 1 expected, got {reg_factor!r}, {mu_growth!r}")
+    n, T = problem.n, problem.T
+    dtype = jnp.result_type(problem.x0)
+    arm = solver_arm(problem)
+    sizes, eq_np = _constraint_layout(problem)
+    m = int(sum(sizes))
+    eq = jnp.asarray(eq_np)
+    has_scalars = any(t.kind == "scalar" for t in problem.costs)
+    lower = jnp.asarray(problem.lower, dtype)
+    upper = jnp.asarray(problem.upper, dtype)
+    step = lambda x, u: _step(arm, x, u, problem.dt, problem.method, problem.input)  # noqa: E731
+
+    if u_init is None:
+        u_init = _hold(problem, arm, dtype)
+    u_init = jnp.asarray(u_init, dtype)
+    if u_init.shape != (T, n):
+        raise ValueError(f"{func}: u_init: expected shape ({T}, {n}) (T steps of the problem, one input per joint), got {u_init.shape}")
+    _finite(u_init, "u_init", func)
+    us0 = jnp.clip(u_init, lower, upper)
+    if x_init is None:
+        xs0 = _rollout(step, problem.x0, us0)
+    else:
+        xs0 = jnp.asarray(x_init, dtype)
+        if xs0.shape != (T + 1, 2 * n):
+            raise ValueError(f"{func}: x_init: expected shape ({T + 1}, {2 * n}) (states q, qd at the T+1 knots), got {xs0.shape}")
+        _finite(xs0, "x_init", func)
+    lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
+    if lam0.shape != (T + 1, m):
+        raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
+    ks = jnp.arange(T + 1)
+
+    def pad(us):
+        return jnp.concatenate([us, jnp.zeros((1, n), dtype)])
+
+    def objective(xs, us, lam, mu):
+        xu = jnp.concatenate([xs, pad(us)], axis=1)
+        return jnp.sum(jax.vmap(lambda xu, k, l: _knot_value(problem, arm, eq, xu, k, l, mu))(xu, ks, lam))
+
+    def constraint_values(xs, us):
+        xu = jnp.concatenate([xs, pad(us)], axis=1)
+        return jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
+
+    def dynamics(xs, us):
+        def one(x, u):
+            def f(xu):
+                y = step(xu[: 2 * n], xu[2 * n:])
+                return y, y
+            J, y = jax.jacfwd(f, has_aux=True)(jnp.concatenate([x, u]))
+            return y, J[:, : 2 * n], J[:, 2 * n:]
+        y, A, B = jax.vmap(one)(xs[:-1], us)
+        gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
+        return gaps, A, B
+
+    def backward(xs, us, A, B, gaps, g, H, reg):
+        nx = 2 * n
+        VxT, VxxT = g[T, :nx], H[T, :nx, :nx]
+
+        def stage(carry, d):
+            Vx, Vxx, ok = carry
+            x, u, A, B, f_next, g, H = d
+            Vx_next = Vx + Vxx @ f_next  # the gap-corrected value gradient (FDDP)
+            Qx = g[:nx] + A.T @ Vx_next
+            Qu = g[nx:] + B.T @ Vx_next
+            Qxx = H[:nx, :nx] + A.T @ Vxx @ A
+            Quu = H[nx:, nx:] + B.T @ Vxx @ B
+            Qux = H[nx:, :nx] + B.T @ Vxx @ A
+            if second_order:
+                curv = jax.hessian(lambda xu: Vx_next @ step(xu[:nx], xu[nx:]))(jnp.concatenate([x, u]))
+                Qxx, Quu, Qux = Qxx + curv[:nx, :nx], Quu + curv[nx:, nx:], Qux + curv[nx:, :nx]
+            Quu = 0.5 * (Quu + Quu.T)
+            Quu_reg = Quu + reg * jnp.eye(n, dtype=dtype)
+            du, free, L = _box_qp(Quu_reg, Qu, lower - u, upper - u)
+            ok = ok & jnp.all(jnp.isfinite(L)) & jnp.all(jnp.isfinite(du))
+            K = -linalg.cholesky_solve_factored(L, jnp.where(free[:, None], Qux, 0.0))
+            K = jnp.where(free[:, None], K, 0.0)
+            Vx = Qx + K.T @ Quu @ du + K.T @ Qu + Qux.T @ du
+            Vxx = Qxx + K.T @ Quu @ K + K.T @ Qux + Qux.T @ K
+            return (Vx, 0.5 * (Vxx + Vxx.T), ok), (du, K, Vx)
+
+        (Vx0, Vxx0, ok), (k, K, _) = jax.lax.scan(
+            stage, (VxT, VxxT, jnp.asarray(True)), (xs[:-1], us, A, B, gaps[1:], g[:T], H[:T]), reverse=True)
+        ok = ok & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
+        return _Backward(k, K, ok)
+
+    def expected(bw, A, B, gaps, g, H):
+        """g1, g2 of the model's change alpha g1 + alpha^2 g2 along the step (one linear rollout)."""
+        nx = 2 * n
+
+        def lin(dx, d):
+            A, B, f_next, k, K = d
+            du = k + K @ dx
+            return A @ dx + B @ du + f_next, (dx, du)
+
+        dxT, (dx, du) = jax.lax.scan(lin, gaps[0], (A, B, gaps[1:], bw.k, bw.K))
+        dxu = jnp.concatenate([jnp.concatenate([dx, du], axis=1), jnp.concatenate([dxT, jnp.zeros(n, dtype)])[None]])
+        g1 = jnp.sum(g * dxu)
+        g2 = 0.5 * jnp.sum(jnp.einsum("ki,kij,kj->k", dxu, H, dxu))
+        del nx
+        return g1, g2
+
+    def forward(xs, us, gaps, bw, alpha):
+        def one(x, d):
+            x_ref, u_ref, k, K, f_next = d
+            u = jnp.clip(u_ref + alpha * k + K @ (x - x_ref), lower, upper)
+            x_next = step(x, u) - (1.0 - alpha) * f_next
+            return x_next, (x_next, u)
+
+        x0 = xs[0] + alpha * gaps[0]
+        _, (xn, un) = jax.lax.scan(one, x0, (xs[:-1], us, bw.k, bw.K, gaps[1:]))
+        return jnp.concatenate([x0[None], xn]), un
+
+    def inner(xs, us, lam, mu, it, log):
+        J = objective(xs, us, lam, mu)
+
+        def cond(c):
+            return (c[5] < max_iterations) & ~c[6] & ~c[7]
+
+        def body(c):
+            xs, us, J, reg, fails, it, done, stop, log = c
+            gaps, A, B = dynamics(xs, us)
+            xu = jnp.concatenate([xs, pad(us)], axis=1)
+            g, H = jax.vmap(lambda xu, k, l: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, l, mu))(xu, ks, lam)
+            bw = backward(xs, us, A, B, gaps, g, H, reg)
+            g1, g2 = expected(bw, A, B, gaps, g, H)
+            gap = jnp.max(jnp.abs(gaps))
+            feasible = gap <= tol_gap
+            small = bw.ok & feasible & (-(g1 + g2) <= tol * jnp.maximum(jnp.abs(J), 1e-12))
+
+            def ls_cond(c):
+                j, alpha, *_, accepted = c
+                return (j < line_search_steps) & ~accepted & bw.ok & ~small
+
+            def ls_body(c):
+                j, alpha, *_ = c
+                x_new, u_new = forward(xs, us, gaps, bw, alpha)
+                J_new = objective(x_new, u_new, lam, mu)
+                dJ = J_new - J
+                model = alpha * g1 + alpha**2 * g2
+                # descent expected: Armijo on the model's decrease; an increase expected (closing
+                # gaps may cost): accept up to twice the predicted increase (as Crocoddyl's FDDP)
+                accepted = jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model)
+                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, J_new, accepted
+
+            one = jnp.asarray(1.0, dtype)
+            _, alpha, x_new, u_new, J_new, accepted = jax.lax.while_loop(
+                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, J, jnp.asarray(False)))
+            log = DDPLog(log.cost.at[it].set(jnp.where(accepted, J_new, J)), log.gap.at[it].set(gap),
+                         log.alpha.at[it].set(jnp.where(accepted, alpha, 0.0)), log.regularization.at[it].set(reg),
+                         log.expected.at[it].set(g1 + g2))
+            rel = jnp.abs(J - J_new) / jnp.maximum(jnp.abs(J), 1e-12)
+            done = small | (accepted & feasible & (alpha == 1.0) & (rel < tol))
+            xs, us, J = (jnp.where(accepted, a, b) for a, b in ((x_new, xs), (u_new, us), (J_new, J)))
+            ok = accepted | small
+            raised = jnp.maximum(reg * reg_factor ** (fails + 1), reg_min)
+            lowered = jnp.where(reg / reg_factor >= reg_min, reg / reg_factor, 0.0)  # back to exact Newton steps
+            reg = jnp.where(ok, lowered, raised)
+            fails = jnp.where(ok, 0, fails + 1)
+            stop = (reg > reg_max) | ~jnp.isfinite(J)
+            return xs, us, J, reg, fails, it + 1, done, stop, log
+
+        init = (xs, us, J, jnp.asarray(regularization, dtype), jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log)
+        xs, us, J, reg, fails, it, done, stop, log = jax.lax.while_loop(cond, body, init)
+        return xs, us, it, done, stop, log
+
+    def outer_cond(c):
+        xs, us, lam, mu, rounds, it, done, stop, viol, log = c
+        return (rounds == 0) | ((rounds < al_iterations) & (viol > tol_violation) & (it < max_iterations) & ~stop)
+
+    def outer_body(c):
+        xs, us, lam, mu, rounds, it, done, stop, viol_prev, log = c
+        xs, us, it, done, stop, log = inner(xs, us, lam, mu, it, log)
+        cv, active = constraint_values(xs, us)
+        viol = jnp.max(_violation(cv, active, eq), initial=0.0)
+        shifted = lam + mu * cv
+        lam = jnp.where(active, jnp.where(eq, shifted, jnp.maximum(0.0, shifted)), 0.0)
+        # raise the penalty only when the violation did not drop fourfold (Conn, Gould & Toint 1991)
+        mu = jnp.where((viol > tol_violation) & (viol > 0.25 * viol_prev), jnp.minimum(mu * mu_growth, mu_max), mu)
+        return xs, us, lam, mu, rounds + 1, it, done, stop, viol, log
+
+    nan = jnp.full((max_iterations,), jnp.nan, dtype)
+    init = (xs0, us0, lam0, jnp.asarray(mu, dtype), jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
+            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), DDPLog(nan, nan, nan, nan, nan))
+    xs, us, lam, mu_final, rounds, it, done, stop, viol, log = jax.lax.while_loop(outer_cond, outer_body, init)
+
+    gaps, _, _ = dynamics(xs, us)
+    gap = jnp.max(jnp.abs(gaps))
+    xu = jnp.concatenate([xs, pad(us)], axis=1)
+    cost = jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, ks))
+    cv, active = constraint_values(xs, us)
+    viol = jnp.max(_violation(cv, active, eq), initial=0.0)
+    finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
+    converged = done & (viol <= tol_violation) & (gap <= tol_gap) & finite
+    status = jnp.where(converged, CONVERGED,
+                       jnp.where(~finite, NOT_FINITE,
+                                 jnp.where(stop, NO_PROGRESS,
+                                           jnp.where(done & (viol > tol_violation), INFEASIBLE, ITERATION_LIMIT))))
+    return OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
+                     status=status, multipliers=lam, history=log)
+
+
+def _finite(a, name, func):
+    if not isinstance(a, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(a)))):
+        raise ValueError(f"{func}: {name}: expected finite values, got NaN or inf")
+
+
+def _rollout(step, x0, us):
+    def one(x, u):
+        y = step(x, u)
+        return y, y
+    _, xs = jax.lax.scan(one, x0, us)
+    return jnp.concatenate([x0[None], xs])
+
+
+def _hold(problem: OCP, arm, dtype):
+    """Inputs that hold the start pose: gravity torques at (q0, 0), clipped to the bounds."""
+    from ....dynamics.newton_euler import _inverse_dynamics
+
+    n, T = problem.n, problem.T
+    if problem.input == "voltage":
+        return jnp.zeros((T, n), dtype)
+    q0 = problem.x0[:n]
+    z = jnp.zeros(n, dtype)
+    tau = _inverse_dynamics(arm, q0, z, z, None)
+    return jnp.broadcast_to(jnp.clip(tau, problem.lower, problem.upper), (T, n)).astype(dtype)

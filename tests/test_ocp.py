@@ -1,0 +1,213 @@
+"""General optimal-control problems (jaxarm.trajopt.ocp, terms) solved by box-FDDP (trajopt.ddp).
+
+Checked against: the closed-form LQR solution of a linear-quadratic problem (one prismatic joint,
+no gravity: the RK3 step is linear, so DDP is exact in one iteration); iLQR with an augmented-
+Lagrangian torque limit on the same two-link reach (trajopt.ilqr, a separate implementation):
+same optimal cost; an infeasible start (states interpolated to the goal) reaching the same
+optimum as a feasible one; the input box never left; a keep-out sphere the unconstrained solution
+crosses; vmap over goals equal to a loop; and the errors for bad problems, raised before any compile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxarm
+from jaxarm import trajopt
+from jaxarm.trajopt import terms
+
+from numpy.testing import assert_allclose as assert_close
+
+T, DT = 20, 0.05
+TORQUE_LIMITS = np.array([20.0, 8.0])
+
+
+def two_link():
+    arm = jaxarm.load_arm("two_link_planar")
+    limits = dataclasses.replace(arm.limits, torque=TORQUE_LIMITS, velocity=np.array([10.0, 10.0]),
+                                 position=np.array([[-np.pi, np.pi], [-np.pi, np.pi]]))
+    return arm.replace(limits=limits)
+
+
+Q0 = jnp.array([-1.2, 0.8])
+
+
+def reach_costs(arm, position=300.0, velocity=3.0):
+    return terms.effort(1.0 / TORQUE_LIMITS**2) + terms.tool_position("goal", position) + terms.joint_velocity(velocity)
+
+
+def reach_ocp(arm, offset=(0.3, 0.3, 0.0), **kw):
+    goal = jaxarm.tool_pose(arm, Q0)[:3, 3] + jnp.asarray(offset)
+    return trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": goal}, **kw), goal
+
+
+@pytest.fixture(scope="module")
+def solve():
+    """ddp compiled once per problem structure (jaxarm.jit), problems passed as arguments."""
+    return jaxarm.jit(trajopt.ddp)
+
+
+# --------------------------------------------------------------------------- linear-quadratic
+
+
+def test_linear_quadratic_problem_is_solved_exactly_in_one_iteration_and_matches_lqr(solve):
+    arm = jaxarm.make_arm(["P"], mass=[2.0], gravity=(0.0, 0.0, 0.0))
+    wq, wv, wu, wf = 3.0, 0.5, 0.2, 40.0
+    costs = (terms.joint_position(0.0, wq, when="path") + terms.joint_velocity(wv, target=0.0, when="path")
+             + terms.effort(wu) + terms.joint_position(0.0, wf) + terms.joint_velocity(wf))
+    problem = trajopt.ocp(arm, [0.5], T, DT, qd0=[0.3], costs=costs)
+    res = solve(problem, jnp.zeros((T, 1)))
+    assert bool(res.converged), res.reason()
+    assert int(res.iterations) <= 2  # the first step is exact; the second only confirms it
+    assert np.asarray(res.history.alpha)[0] == 1.0
+    lin = jaxarm.linearize_trajectory(arm, res.q[:-1], res.qd[:-1], res.u, DT)
+    lqr = jaxarm.tvlqr(lin.A, lin.B, DT * jnp.diag(jnp.array([wq, wv])), DT * wu * jnp.eye(1), jnp.diag(jnp.array([wf, wf])))
+    # roll the LQR policy out on the same linear system
+    x = jnp.array([0.5, 0.3])
+    us = []
+    for k in range(T):
+        u = -lqr.K[k] @ x
+        us.append(u)
+        x = lin.A[k] @ x + lin.B[k] @ u
+    assert_close(res.u, jnp.stack(us), atol=1e-10, rtol=1e-9)
+    assert float(res.max_gap) < 1e-12
+
+
+# --------------------------------------------------------------------------- reach, box, FDDP
+
+
+@pytest.fixture(scope="module")
+def reach_solutions(solve):
+    arm = two_link()
+    problem, goal = reach_ocp(arm)
+    feasible = solve(problem, None)
+    # an infeasible start: states interpolated linearly to an IK solution, inputs holding the start
+    q_goal = trajopt.position_ik(arm, Q0, goal)
+    s = jnp.linspace(0.0, 1.0, T + 1)[:, None]
+    x_init = jnp.concatenate([Q0 + s * (q_goal - Q0), jnp.zeros((T + 1, 2))], axis=1)
+    infeasible = solve(problem, None, x_init)
+    return arm, problem, goal, feasible, infeasible, x_init
+
+
+def test_box_ddp_never_leaves_the_box_and_the_limit_is_active(reach_solutions):
+    arm, problem, goal, res, _, _ = reach_solutions
+    assert bool(res.converged), res.reason()
+    u = np.asarray(res.u)
+    assert np.all(np.abs(u) <= TORQUE_LIMITS + 1e-12)
+    assert np.max(np.abs(u[:, 0])) == pytest.approx(TORQUE_LIMITS[0], rel=1e-12)  # joint 1 saturates
+    # the trajectory is the rollout of its inputs (the dynamics are met, not just penalized)
+    traj = jaxarm.rollout(arm, Q0, jnp.zeros(2), res.u, DT, saturate=False)
+    assert_close(res.q, traj.q, atol=1e-10)
+    assert float(jnp.linalg.norm(jaxarm.tool_pose(arm, res.q[-1])[:3, 3] - goal)) < 0.01
+
+
+def test_ddp_reaches_the_optimum_of_augmented_lagrangian_ilqr(reach_solutions):
+    """Same costs through ReachProblem: iLQR keeps the torque limit by an augmented Lagrangian, DDP
+    inside the backward pass; both must find the same constrained optimum."""
+    arm, problem, goal, res, _, _ = reach_solutions
+    reach = trajopt.reach_problem(arm, Q0, goal, DT, position=300.0, velocity=3.0)
+    u0 = jnp.tile(jaxarm.gravity_torques(arm, Q0), (T, 1))
+    ref = jaxarm.jit(trajopt.ilqr)(arm, reach, u0)
+    assert bool(ref.converged)
+    # iLQR meets the limit to its tolerance (it may exceed it by up to 1e-4 of the limit, which
+    # buys it a slightly lower cost); box-DDP meets it exactly
+    assert float(res.cost) == pytest.approx(float(ref.cost), rel=3e-5)
+    assert float(jnp.max(jnp.abs(ref.u) / TORQUE_LIMITS)) <= 1 + 1e-4
+    assert_close(res.u, ref.u, atol=0.05 * TORQUE_LIMITS.max())
+
+
+def test_feasibility_driven_start_closes_its_gaps_and_finds_the_same_optimum(reach_solutions):
+    arm, problem, goal, feasible, res, x_init = reach_solutions
+    first_gap = float(res.history.gap[0])
+    assert first_gap > 0.1  # it did start infeasible
+    assert bool(res.converged), res.reason()
+    assert float(res.max_gap) < 1e-9
+    assert float(res.cost) == pytest.approx(float(feasible.cost), rel=1e-6)
+
+
+def test_keep_out_sphere_is_respected_where_the_unconstrained_path_crosses_it(solve, reach_solutions):
+    arm, problem, goal, free, _, _ = reach_solutions
+    tool = jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 3])(free.q)
+    center = tool[T // 2] + jnp.array([0.0, 0.0, 0.0])
+    radius = 0.12
+    assert float(jnp.min(jnp.linalg.norm(tool - center, axis=1))) < radius  # the free path goes through it
+    blocked = trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": goal},
+                          constraints=terms.keep_out_sphere(center, radius))
+    res = solve(blocked, free.u)
+    assert bool(res.converged), res.reason()
+    tool = jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 3])(res.q)
+    assert float(jnp.min(jnp.linalg.norm(tool - center, axis=1))) >= radius - 1e-4
+    assert float(res.max_violation) <= 1e-5
+    # KKT: multipliers are non-negative and vanish where the constraint is inactive
+    lam = np.asarray(res.multipliers)[:, -1]
+    dist = np.asarray(jnp.linalg.norm(tool - center, axis=1))
+    assert np.all(lam >= 0) and lam.max() > 0
+    assert np.all(lam[dist > radius + 1e-3] == 0)
+    assert float(res.cost) > float(free.cost)
+
+
+def test_vmap_over_goals_equals_a_loop(reach_solutions):
+    arm, problem, goal, _, _, _ = reach_solutions
+    goals = goal + jnp.array([[0.0, 0.0, 0.0], [-0.05, 0.05, 0.0]])
+    batched = jaxarm.jit(jax.vmap(lambda g: trajopt.ddp(problem.replace(params={"goal": g}))))(goals)
+    for i in range(2):
+        one = jaxarm.jit(trajopt.ddp)(problem.replace(params={"goal": goals[i]}))
+        assert_close(batched.u[i], one.u, atol=1e-9)
+        assert bool(batched.converged[i])
+
+
+def test_iteration_limit_is_reported_with_advice(solve):
+    arm = two_link()
+    problem, _ = reach_ocp(arm)
+    res = jaxarm.jit(lambda p: trajopt.ddp(p, max_iterations=2))(problem)
+    assert not bool(res.converged)
+    assert int(res.status) == 1
+    text = res.reason()
+    assert "iteration limit" in text and "max_iterations" in text
+
+
+# --------------------------------------------------------------------------- errors before compile
+
+
+def test_bad_problems_get_one_clear_error():
+    arm = two_link()
+    goal = jnp.zeros(3)
+    with pytest.raises(ValueError, match="term 'running': a cost must return a scalar, got shape \\(2,\\)"):
+        trajopt.ocp(arm, Q0, T, DT, running=lambda x, u, k, p: u)
+    with pytest.raises(KeyError, match="names params\\['goal'\\]"):
+        trajopt.ocp(arm, Q0, T, DT, costs=terms.tool_position("goal"))
+    with pytest.raises(ValueError, match="input bounds are infeasible at joint 2"):
+        trajopt.ocp(arm, Q0, T, DT, costs=terms.effort(), lower=[-1.0, 2.0], upper=[1.0, 1.0])
+    with pytest.raises(ValueError, match="T: expected a whole number"):
+        trajopt.ocp(arm, Q0, 0, DT, costs=terms.effort())
+    with pytest.raises(ValueError, match="q0: expected"):
+        trajopt.ocp(arm, jnp.zeros(3), T, DT, costs=terms.effort())
+    with pytest.raises(ValueError, match="not a knot"):
+        trajopt.ocp(arm, Q0, T, DT, costs=terms.tool_position(goal, when=(0.123,)))
+    with pytest.raises(ValueError, match="weight: expected non-negative"):
+        terms.tool_position(goal, -1.0)
+    with pytest.raises(ValueError, match="is a constraint"):
+        trajopt.ocp(arm, Q0, T, DT, costs=terms.keep_out_sphere(goal, 0.1))
+    with pytest.raises(ValueError, match="no cost"):
+        trajopt.ocp(arm, Q0, T, DT)
+    problem = trajopt.ocp(arm, Q0, T, DT, costs=terms.effort())
+    with pytest.raises(ValueError, match=f"u_init: expected shape \\({T}, 2\\)"):
+        trajopt.ddp(problem, jnp.zeros((T + 1, 2)))
+    with pytest.raises(ValueError, match="x_init: expected shape"):
+        trajopt.ddp(problem, None, jnp.zeros((T, 4)))
+
+
+def test_terms_compose_by_addition_and_via_points_land_on_knots():
+    goal = jnp.array([0.5, 0.5, 0.0])
+    total = terms.effort() + terms.tool_position(goal) + (terms.joint_velocity() + terms.tool_position(goal, when=(0.5,)))
+    assert [t.name for t in total] == ["effort", "tool_position", "joint_velocity", "tool_position"]
+    problem = trajopt.ocp(two_link(), Q0, T, DT, costs=total)
+    via = problem.costs[3].schedule
+    assert np.flatnonzero(np.asarray(via)).tolist() == [10]
+    path = problem.costs[0].schedule
+    assert np.allclose(np.asarray(path)[:T], DT) and float(path[T]) == 0.0
