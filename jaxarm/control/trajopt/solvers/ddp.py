@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ....dynamics import linalg
-from ..ocp import OCP, _step, solver_arm
+from ..ocp import OCP, _step, _step_jacobians, solver_arm
 
 # Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
 CONVERGED, ITERATION_LIMIT, NO_PROGRESS, INFEASIBLE, NOT_FINITE = 0, 1, 2, 3, 4
@@ -273,7 +273,7 @@ def ddp(
     x_init=None,
     *,
     max_iterations: int = 200,
-    tol: float = 1e-8,
+    tol: float = 1e-6,
     tol_violation: float = 1e-5,
     tol_gap: float = 1e-9,
     regularization: float = 0.0,
@@ -359,13 +359,7 @@ def ddp(
         return jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
 
     def dynamics(xs, us):
-        def one(x, u):
-            def f(xu):
-                y = step(xu[: 2 * n], xu[2 * n:])
-                return y, y
-            J, y = jax.jacfwd(f, has_aux=True)(jnp.concatenate([x, u]))
-            return y, J[:, : 2 * n], J[:, 2 * n:]
-        y, A, B = jax.vmap(one)(xs[:-1], us)
+        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
         gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
         return gaps, A, B
 
