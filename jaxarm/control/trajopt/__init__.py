@@ -28,7 +28,7 @@ dynamics never hide a violation behind a clip with zero gradient.
 """
 from . import terms
 from .objective import trajectory_cost
-from .ocp import OCP, ocp
+from .ocp import OCP, ocp, reach_ocp
 from .problem import (
     TORQUE_LIMIT_MODES,
     IterationLog,
@@ -36,13 +36,14 @@ from .problem import (
     TrajoptResult,
     reach_problem,
 )
-from .solvers.ddp import DDPLog, OCPResult, ddp
+from .solvers.ddp import DDPLog, OCPResult, ddp, total_cost
 from .solvers.ilqr import ilqr
+from .solvers.mpc import mpc_step, shift
 from .solvers.shooting import multiple_shooting, shooting
 from .warm_start import minimum_jerk, position_ik, reach_warm_start
 
 __all__ = [
     "TORQUE_LIMIT_MODES", "IterationLog", "ReachProblem", "TrajoptResult", "reach_problem", "trajectory_cost",
     "position_ik", "minimum_jerk", "reach_warm_start", "shooting", "multiple_shooting", "ilqr",
-    "terms", "OCP", "ocp", "ddp", "OCPResult", "DDPLog",
+    "terms", "OCP", "ocp", "ddp", "OCPResult", "DDPLog", "mpc_step", "shift", "reach_ocp", "total_cost",
 ]

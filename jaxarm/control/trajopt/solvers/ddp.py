@@ -494,8 +494,8 @@ def ddp(
             jnp.asarray(False), jnp.asarray(jnp.inf, dtype), DDPLog(nan, nan, nan, nan, nan))
     xs, us, lam, mu_final, rounds, it, done, stop, viol, log = jax.lax.while_loop(outer_cond, outer_body, init)
 
-    gaps, _, _ = dynamics(xs, us)
-    gap = jnp.max(jnp.abs(gaps))
+    y = jax.vmap(step)(xs[:-1], us)  # the gaps only (no Jacobians: a second copy of them doubles the compile)
+    gap = jnp.maximum(jnp.max(jnp.abs(problem.x0 - xs[0])), jnp.max(jnp.abs(y - xs[1:])))
     xu = jnp.concatenate([xs, pad(us)], axis=1)
     cost = jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, ks))
     cv, active = constraint_values(xs, us)
@@ -534,3 +534,16 @@ def _hold(problem: OCP, arm, dtype):
     z = jnp.zeros(n, dtype)
     tau = _inverse_dynamics(arm, q0, z, z, None)
     return jnp.broadcast_to(jnp.clip(tau, problem.lower, problem.upper), (T, n)).astype(dtype)
+
+
+def total_cost(problem: OCP, x, u):
+    """The cost sum_k l(x_k, u_k, k) + l_T(x_T) of a trajectory x (T+1, 2n) under inputs u (T, n)
+    (no constraint terms): what :func:`ddp` minimizes and reports as ``OCPResult.cost``."""
+    n, T = problem.n, problem.T
+    dtype = jnp.result_type(problem.x0)
+    x, u = jnp.asarray(x, dtype), jnp.asarray(u, dtype)
+    if x.shape != (T + 1, 2 * n) or u.shape != (T, n):
+        raise ValueError(f"total_cost: expected x ({T + 1}, {2 * n}) and u ({T}, {n}), got {x.shape} and {u.shape}")
+    arm = solver_arm(problem)
+    xu = jnp.concatenate([x, jnp.concatenate([u, jnp.zeros((1, n), dtype)])], axis=1)
+    return jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, jnp.arange(T + 1)))

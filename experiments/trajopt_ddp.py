@@ -1,0 +1,234 @@
+"""Optimal-control problems written as terms, solved by box-FDDP (jaxarm.trajopt.ddp).
+
+    python experiments/trajopt_ddp.py [--plot trajopt_ddp.png] [--cases puma_reach,panda_obstacle,panda_via,batch]
+                                      [--plain-jit]
+
+Cases (one JSON line each, plus one per solver where two are compared):
+
+- ``puma_reach``: the Puma 560 reach of experiments/trajopt_puma.py (2 kg payload, Coulomb friction
+  smoothed to tanh(qd / 0.2 rad/s), 0.5 m in 1 s from rest to rest, RK3, dt = 10 ms, T = 100,
+  effort sum (u / u_max)^2 dt + 1e4 |p - p*|^2 + 1e2 |qd_T|^2, torque and joint limits), stated
+  as terms and solved by ``ddp`` (torque limits as a box inside the backward pass) and by the
+  older ``ilqr`` (torque limits by augmented Lagrangian) from the same minimum-jerk warm start.
+- ``panda_obstacle``: the Panda (bundled, no friction) reaches 0.5 m in 1 s (dt = 20 ms, T = 50)
+  around a 10 cm sphere centred on the straight-line path its unconstrained solution takes;
+  keep-out constraints on the tool point and on the wrist (link 5's origin), 2 cm margin.
+- ``panda_via``: pick-and-place with the Panda: through two via points (lift at 0.3 s, carry
+  at 0.7 s) to the place pose at 1.0 s, the gripper axis kept pointing down along the whole path
+  (``terms.tool_axis``), ending at rest.
+- ``batch``: the Panda reach to 16 different goals in one ``jax.vmap``-ed call against 16 calls
+  of the same compiled solver one after the other.
+
+Timings: ``first_call_s`` is trace + compile + solve of a fresh function (what a user waits for
+the first time), ``solve_s`` the median of 3 further calls; compiled with ``jaxarm.jit`` (jaxarm's
+XLA:CPU options). ``--plain-jit`` adds the same Puma solve under a plain ``jax.jit``: on
+XLA:CPU with its default fusion emitters each iteration is far slower (see the README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+import warnings
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxarm  # noqa: E402
+from jaxarm import trajopt  # noqa: E402
+from jaxarm.trajopt import terms  # noqa: E402
+
+PANDA_Q0 = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
+
+
+def emit(**row):
+    print(json.dumps(row), flush=True)
+
+
+def timed(fn, *args, repeats=3):
+    """(result, first-call seconds, median seconds of further calls)."""
+    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return out, first, statistics.median(times)
+
+
+def tool_path(arm, q):
+    return np.asarray(jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 3])(q))
+
+
+def summary(res):
+    return dict(iterations=int(res.iterations), cost=float(res.cost), converged=bool(res.converged),
+                max_violation=float(res.max_violation), max_gap=float(res.max_gap), status=res.reason().split(" after")[0])
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def puma_reach(args, out):
+    sys.path.insert(0, "experiments")
+    from trajopt_puma import puma
+
+    arm = puma(2.0, 0.2)
+    q0 = jnp.array([0.0, 0.785, -3.14, 0.0, 0.785, 0.0])
+    goal = jaxarm.tool_pose(arm, q0)[:3, 3] + jnp.array([0.0, 0.3, 0.4])
+    lim = np.asarray(arm.limits.torque)
+    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
+    problem = trajopt.ocp(arm, q0, 100, 0.01, costs=costs, params={"goal": goal})
+    reach = trajopt.reach_problem(arm, q0, goal, 0.01, position=1e4, velocity=1e2)
+    u0 = trajopt.reach_warm_start(arm, reach, 100)
+    res, first, solve = timed(jaxarm.jit(lambda u: trajopt.ddp(problem, u)), u0)
+    emit(case="puma_reach", solver="ddp", first_call_s=round(first, 2), solve_s=round(solve, 3),
+         position_error_m=float(np.linalg.norm(tool_path(arm, res.q[-1:])[0] - np.asarray(goal))),
+         max_torque_fraction=float(np.max(np.abs(res.u) / lim)), **summary(res))
+    ref, first, solve = timed(jaxarm.jit(lambda u: trajopt.ilqr(arm, reach, u)), u0)
+    emit(case="puma_reach", solver="ilqr", first_call_s=round(first, 2), solve_s=round(solve, 3),
+         iterations=int(ref.iterations), cost=float(ref.cost), converged=bool(ref.converged),
+         max_violation=float(ref.max_violation))
+    if args.plain_jit:
+        res, first, solve = timed(jax.jit(lambda u: trajopt.ddp(problem, u)), u0, repeats=1)
+        emit(case="puma_reach", solver="ddp", jit="plain jax.jit", first_call_s=round(first, 2), solve_s=round(solve, 3),
+             **summary(res))
+    out["puma_reach"] = (arm, res, goal)
+
+
+def panda():
+    arm = jaxarm.load_arm("panda")
+    lim = np.asarray(arm.limits.torque)
+    return arm, lim
+
+
+def panda_obstacle(args, out):
+    arm, lim = panda()
+    T, dt = 50, 0.02
+    p0 = tool_path(arm, PANDA_Q0[None])[0]
+    goal = p0 + np.array([0.0, 0.5, 0.0])
+    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
+    free_problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs, params={"goal": goal})
+    free, first_free, solve_free = timed(jaxarm.jit(lambda: trajopt.ddp(free_problem)))
+    path = tool_path(arm, free.q)
+    center = path[T // 2]  # the sphere sits on the unconstrained path
+    radius, margin = 0.10, 0.02
+    keep_out = (terms.keep_out_sphere(center, radius, margin=margin)
+                + terms.keep_out_sphere(center, radius, link=5, margin=margin))
+    problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs, params={"goal": goal}, constraints=keep_out)
+    res, first, solve = timed(jaxarm.jit(lambda u: trajopt.ddp(problem, u)), free.u)
+    path_c = tool_path(arm, res.q)
+    emit(case="panda_obstacle", solver="ddp", first_call_s=round(first, 2), solve_s=round(solve, 3),
+         unconstrained_min_clearance_m=float(np.min(np.linalg.norm(path - center, axis=1)) - radius),
+         min_clearance_m=float(np.min(np.linalg.norm(path_c - center, axis=1)) - radius),
+         unconstrained_cost=float(free.cost), unconstrained_first_call_s=round(first_free, 2),
+         position_error_m=float(np.linalg.norm(path_c[-1] - goal)), **summary(res))
+    out["panda_obstacle"] = (arm, free, res, center, radius, goal)
+
+
+def panda_via(args, out):
+    arm, lim = panda()
+    T, dt = 50, 0.02
+    p0 = tool_path(arm, PANDA_Q0[None])[0]
+    lift, carry, place = p0 + np.array([0.0, 0.0, 0.15]), p0 + np.array([0.0, 0.35, 0.15]), p0 + np.array([0.0, 0.45, 0.0])
+    down = np.array([0.0, 0.0, -1.0])
+    costs = (terms.effort(1.0 / lim**2) + terms.tool_position(lift, 1e4, when=(0.3,)) + terms.tool_position(carry, 1e4, when=(0.7,))
+             + terms.tool_position(place, 1e4) + terms.tool_axis((0.0, 0.0, 1.0), down, 10.0, when="path")
+             + terms.joint_velocity(1e2))
+    problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs)
+    res, first, solve = timed(jaxarm.jit(lambda: trajopt.ddp(problem)))
+    path = tool_path(arm, res.q)
+    R = np.asarray(jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 2])(res.q))
+    tilt = np.degrees(np.arccos(np.clip(R @ down, -1, 1)))
+    emit(case="panda_via", solver="ddp", first_call_s=round(first, 2), solve_s=round(solve, 3),
+         via_errors_m=[float(np.linalg.norm(path[15] - lift)), float(np.linalg.norm(path[35] - carry)),
+                       float(np.linalg.norm(path[T] - place))],
+         max_tilt_deg=float(tilt.max()), start_tilt_deg=float(tilt[0]), **summary(res))
+    out["panda_via"] = (arm, res, (lift, carry, place))
+
+
+def batch(args, out):
+    arm, lim = panda()
+    T, dt = 50, 0.02
+    p0 = tool_path(arm, PANDA_Q0[None])[0]
+    rng = np.random.default_rng(0)
+    goals = p0 + np.column_stack([rng.uniform(-0.2, 0.2, 16), rng.uniform(0.2, 0.5, 16), rng.uniform(-0.2, 0.2, 16)])
+    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
+    problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs, params={"goal": goals[0]})
+    batched = jaxarm.jit(jax.vmap(lambda g: trajopt.ddp(problem.replace(params={"goal": g}))))
+    one = jaxarm.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g})))
+    res, first_b, solve_b = timed(batched, jnp.asarray(goals))
+    jax.block_until_ready(one(jnp.asarray(goals[0])))
+    t0 = time.perf_counter()
+    singles = [jax.block_until_ready(one(jnp.asarray(g))) for g in goals]
+    seq = time.perf_counter() - t0
+    emit(case="batch", solver="ddp", goals=16, batched_s=round(solve_b, 3), sequential_s=round(seq, 3),
+         speedup=round(seq / solve_b, 2), first_call_s=round(first_b, 2), converged=int(np.sum(np.asarray(res.converged))),
+         iterations_max=int(np.max(np.asarray(res.iterations))), iterations_sequential_max=max(int(s.iterations) for s in singles),
+         max_cost_difference=float(np.max(np.abs(np.asarray(res.cost) - np.array([float(s.cost) for s in singles])))))
+
+
+def plot(path, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(12, 4.5))
+    if "panda_obstacle" in out:
+        arm, free, res, center, radius, goal = out["panda_obstacle"]
+        ax = fig.add_subplot(1, 2, 1, projection="3d")
+        for r, style, label in ((free, "--", "without the obstacle"), (res, "-", "keep-out constraint")):
+            p = tool_path(arm, r.q)
+            ax.plot(p[:, 0], p[:, 1], p[:, 2], style, label=label)
+        u, v = np.mgrid[0:2 * np.pi:20j, 0:np.pi:10j]
+        ax.plot_wireframe(center[0] + radius * np.cos(u) * np.sin(v), center[1] + radius * np.sin(u) * np.sin(v),
+                          center[2] + radius * np.cos(v), color="grey", linewidth=0.4)
+        ax.scatter(*goal, color="k", marker="x", label="goal")
+        ax.set_title("Panda reach around a sphere (tool path)")
+        ax.legend(fontsize=8)
+    if "panda_via" in out:
+        arm, res, pts = out["panda_via"]
+        ax = fig.add_subplot(1, 2, 2, projection="3d")
+        p = tool_path(arm, res.q)
+        ax.plot(p[:, 0], p[:, 1], p[:, 2], label="tool path")
+        for pt, name in zip(pts, ("lift (0.3 s)", "carry (0.7 s)", "place (1.0 s)")):
+            ax.scatter(*pt, marker="o", label=name)
+        ax.set_title("Panda pick-and-place, gripper kept pointing down")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+CASES = {"puma_reach": puma_reach, "panda_obstacle": panda_obstacle, "panda_via": panda_via, "batch": batch}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--plot", default=None, help="PNG of the Panda cases' tool paths")
+    ap.add_argument("--plain-jit", action="store_true", help="also time the Puma solve under a plain jax.jit")
+    args = ap.parse_args(argv)
+    out = {}
+    emit(device=str(jax.devices()[0]), jax=jax.__version__, dtype="float64")
+    for name in args.cases.split(","):
+        if name not in CASES:
+            ap.error(f"--cases: unknown case {name!r}; expected some of {', '.join(CASES)}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", jaxarm.PhysicalConsistencyWarning)
+            CASES[name](args, out)
+    if args.plot:
+        plot(args.plot, out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""Receding-horizon control (model predictive control) on :func:`jaxarm.trajopt.ddp`."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ..ocp import OCP, _step, solver_arm
+from .ddp import OCPResult, ddp
+
+
+def shift(problem: OCP, plan: OCPResult):
+    """The previous plan moved one step on: inputs u_1..u_{T-1} with the last one repeated, states
+    x_1..x_T with one more step of the model appended, multipliers likewise. (u (T, n), x (T+1, 2n),
+    multipliers (T+1, m)) to pass to :func:`jaxarm.trajopt.ddp` as the warm start."""
+    u = jnp.concatenate([plan.u[1:], plan.u[-1:]])
+    x_last = _step(solver_arm(problem), plan.x[-1], plan.u[-1], problem.dt, problem.method, problem.input)
+    x = jnp.concatenate([plan.x[1:], x_last[None]])
+    lam = jnp.concatenate([plan.multipliers[1:], plan.multipliers[-1:]])
+    return u, x, lam
+
+
+def mpc_step(problem: OCP, x, plan: OCPResult | None = None, *, max_iterations: int = 10, **options) -> OCPResult:
+    """One step of receding-horizon control: re-plan from the measured state x (2n,) over the
+    problem's horizon, warm-started from ``plan`` (the previous step's answer) moved one step on
+    (:func:`shift`): its states, with the first replaced by x, start the solve infeasible by the
+    model's error, which the feasibility-driven solver closes. Apply ``result.u[0]``; pass the
+    result back as ``plan`` next time. ``max_iterations`` bounds the work per control step (the
+    warm start usually needs a few); ``options`` go to :func:`jaxarm.trajopt.ddp`. Targets that move
+    are ``params`` entries: ``problem.replace(params=...)`` before the call (same shapes, no
+    recompile). Pure and traceable: ``jax.jit`` it once and call it in a loop, or inside a
+    ``lax.scan`` with the simulator (:func:`jaxarm.rollout`), planning on one arm and simulating
+    another.
+    """
+    x = jnp.asarray(x, jnp.result_type(problem.x0))
+    if x.shape != (2 * problem.n,):
+        raise ValueError(f"mpc_step: x: expected the measured state (q, qd) of shape ({2 * problem.n},), got {x.shape}")
+    problem = problem.replace(x0=x)
+    if plan is None:
+        return ddp(problem, max_iterations=max_iterations, **options)
+    u, xs, lam = shift(problem, plan)
+    xs = xs.at[0].set(x)
+    return ddp(problem, u, xs, max_iterations=max_iterations, multipliers=lam, **options)
