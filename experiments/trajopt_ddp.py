@@ -11,8 +11,10 @@ Cases (one JSON line each, plus one per solver where two are compared):
   as terms and solved by ``ddp`` (torque limits as a box inside the backward pass) and by the
   older ``ilqr`` (torque limits by augmented Lagrangian) from the same minimum-jerk warm start.
 - ``panda_obstacle``: the Panda (bundled, no friction) reaches 0.5 m in 1 s (dt = 20 ms, T = 50)
-  around a 10 cm sphere centred on the straight-line path its unconstrained solution takes;
-  keep-out constraints on the tool point and on the wrist (link 5's origin), 2 cm margin.
+  around a 10 cm sphere centred half-way along the straight line from start to goal, which the
+  unconstrained solution's tool path crosses;
+  keep-out constraints on the tool point and on the wrist (link 5's origin), 2 cm margin. The
+  Panda cases carry a posture and joint-speed regularization along the path (see regularization()).
 - ``panda_via``: pick-and-place with the Panda: through two via points (lift at 0.3 s, carry
   at 0.7 s) to the place pose at 1.0 s, the gripper axis kept pointing down along the whole path
   (``terms.tool_axis``), ending at rest.
@@ -28,7 +30,6 @@ XLA:CPU with its default fusion emitters each iteration is far slower (see the R
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -111,16 +112,24 @@ def panda():
     return arm, lim
 
 
+def regularization():
+    """Posture and joint-speed regularization along the path (as Crocoddyl's examples carry state
+    regularization): the Panda's redundant joints otherwise leave the problem ill-conditioned --
+    the same reach took 200+ iterations of 1/32-1/256 steps without them, 138 with a tenth of
+    these weights and 25 with them."""
+    return terms.joint_position(PANDA_Q0, 1.0, when="path") + terms.joint_velocity(0.1, when="path")
+
+
 def panda_obstacle(args, out):
     arm, lim = panda()
     T, dt = 50, 0.02
     p0 = tool_path(arm, PANDA_Q0[None])[0]
     goal = p0 + np.array([0.0, 0.5, 0.0])
-    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
+    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2) + regularization()
     free_problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs, params={"goal": goal})
     free, first_free, solve_free = timed(jaxarm.jit(lambda: trajopt.ddp(free_problem)))
     path = tool_path(arm, free.q)
-    center = path[T // 2]  # the sphere sits on the unconstrained path
+    center = p0 + np.array([0.0, 0.25, 0.0])  # half-way along the straight line, across the free path
     radius, margin = 0.10, 0.02
     keep_out = (terms.keep_out_sphere(center, radius, margin=margin)
                 + terms.keep_out_sphere(center, radius, link=5, margin=margin))
@@ -143,7 +152,7 @@ def panda_via(args, out):
     down = np.array([0.0, 0.0, -1.0])
     costs = (terms.effort(1.0 / lim**2) + terms.tool_position(lift, 1e4, when=(0.3,)) + terms.tool_position(carry, 1e4, when=(0.7,))
              + terms.tool_position(place, 1e4) + terms.tool_axis((0.0, 0.0, 1.0), down, 10.0, when="path")
-             + terms.joint_velocity(1e2))
+             + terms.joint_velocity(1e2) + regularization())
     problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs)
     res, first, solve = timed(jaxarm.jit(lambda: trajopt.ddp(problem)))
     path = tool_path(arm, res.q)
@@ -162,7 +171,7 @@ def batch(args, out):
     p0 = tool_path(arm, PANDA_Q0[None])[0]
     rng = np.random.default_rng(0)
     goals = p0 + np.column_stack([rng.uniform(-0.2, 0.2, 16), rng.uniform(0.2, 0.5, 16), rng.uniform(-0.2, 0.2, 16)])
-    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
+    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2) + regularization()
     problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs, params={"goal": goals[0]})
     batched = jaxarm.jit(jax.vmap(lambda g: trajopt.ddp(problem.replace(params={"goal": g}))))
     one = jaxarm.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g})))
@@ -175,6 +184,20 @@ def batch(args, out):
          speedup=round(seq / solve_b, 2), first_call_s=round(first_b, 2), converged=int(np.sum(np.asarray(res.converged))),
          iterations_max=int(np.max(np.asarray(res.iterations))), iterations_sequential_max=max(int(s.iterations) for s in singles),
          max_cost_difference=float(np.max(np.abs(np.asarray(res.cost) - np.array([float(s.cost) for s in singles])))))
+
+
+def equal_axes(ax, points):
+    """Equal scales on the three axes (a sphere looks like one), around the points (m, 3)."""
+    points = np.asarray(points)
+    center = 0.5 * (points.max(axis=0) + points.min(axis=0))
+    half = 0.5 * float(np.max(points.max(axis=0) - points.min(axis=0))) + 0.02
+    ax.set_xlim(center[0] - half, center[0] + half)
+    ax.set_ylim(center[1] - half, center[1] + half)
+    ax.set_zlim(center[2] - half, center[2] + half)
+    ax.set_box_aspect((1, 1, 1))
+    ax.set_xlabel("x (m)")
+    ax.set_ylabel("y (m)")
+    ax.set_zlabel("z (m)")
 
 
 def plot(path, out):
@@ -194,6 +217,7 @@ def plot(path, out):
         ax.plot_wireframe(center[0] + radius * np.cos(u) * np.sin(v), center[1] + radius * np.sin(u) * np.sin(v),
                           center[2] + radius * np.cos(v), color="grey", linewidth=0.4)
         ax.scatter(*goal, color="k", marker="x", label="goal")
+        equal_axes(ax, np.concatenate([tool_path(arm, free.q), tool_path(arm, res.q), [center - radius, center + radius]]))
         ax.set_title("Panda reach around a sphere (tool path)")
         ax.legend(fontsize=8)
     if "panda_via" in out:
@@ -203,6 +227,7 @@ def plot(path, out):
         ax.plot(p[:, 0], p[:, 1], p[:, 2], label="tool path")
         for pt, name in zip(pts, ("lift (0.3 s)", "carry (0.7 s)", "place (1.0 s)")):
             ax.scatter(*pt, marker="o", label=name)
+        equal_axes(ax, np.concatenate([p, np.asarray(pts)]))
         ax.set_title("Panda pick-and-place, gripper kept pointing down")
         ax.legend(fontsize=8)
     fig.tight_layout()

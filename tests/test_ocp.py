@@ -264,3 +264,4 @@ def test_reach_problem_written_as_terms_has_the_same_objective():
     assert float(trajopt.total_cost(problem, x, u)) == pytest.approx(expected, rel=1e-12)
     with pytest.raises(ValueError, match="smoothness"):
         trajopt.reach_ocp(arm, reach._replace(smoothness=jnp.asarray(1.0)), T)
+

@@ -5,8 +5,8 @@ The solver combines three published pieces:
 - iLQR / DDP (Li & Todorov 2004; Tassa, Erez & Todorov 2012): a Riccati-like backward pass on the
   linearized step x_{k+1} = F(x_k, u_k) and the quadratized costs, a nonlinear forward pass with
   a backtracking line search and Levenberg-Marquardt regularization of Q_uu. Least-squares terms
-  are quadratized by Gauss-Newton, scalar terms by ``jax.hessian``; ``second_order=True`` adds the
-  dynamics' curvature V_x' d^2F (full DDP).
+  are quadratized by Gauss-Newton, scalar terms by ``jax.hessian``; the dynamics enter through their
+  first derivatives only (iLQR; the full-DDP curvature V_x' d^2F is not offered).
 - Box-DDP (Tassa, Mansard & Todorov 2014, Algorithm 2 and section III-B): the input bounds
   lower <= u <= upper are handled inside the backward pass. Each stage solves the box-constrained
   QP min_du 1/2 du^T Q_uu du + Q_u^T du with u + du in the box by projected Newton; the feedback
@@ -49,7 +49,10 @@ STATUS = {
 ADVICE = {
     CONVERGED: "",
     ITERATION_LIMIT: "raise max_iterations, or start closer (a warm start: u_init from a previous "
-                     "solution, x_init of states towards the goal)",
+                     "solution, x_init of states towards the goal); if the history shows many short steps "
+                     "(alpha << 1), the problem is ill-conditioned: add a small regularization along the path "
+                     "(terms.joint_position(q0, w, when='path'), terms.joint_velocity(w, when='path')), "
+                     "which redundant arms need",
     NO_PROGRESS: "the line search found no decrease even with heavy regularization: the problem is badly "
                  "scaled (weights of very different sizes), a term is not smooth where the solver is, or tol "
                  "is below what the floating-point type can resolve (use float64)",
@@ -286,7 +289,6 @@ def ddp(
     mu: float = 10.0,
     mu_growth: float = 10.0,
     mu_max: float = 1e8,
-    second_order: bool = False,
     multipliers=None,
 ) -> OCPResult:
     """Solve an :class:`jaxarm.trajopt.OCP` by box-constrained feasibility-driven DDP (see the
@@ -376,9 +378,6 @@ def ddp(
             Qxx = H[:nx, :nx] + A.T @ Vxx @ A
             Quu = H[nx:, nx:] + B.T @ Vxx @ B
             Qux = H[nx:, :nx] + B.T @ Vxx @ A
-            if second_order:
-                curv = jax.hessian(lambda xu: Vx_next @ step(xu[:nx], xu[nx:]))(jnp.concatenate([x, u]))
-                Qxx, Quu, Qux = Qxx + curv[:nx, :nx], Quu + curv[nx:, nx:], Qux + curv[nx:, :nx]
             Quu = 0.5 * (Quu + Quu.T)
             Quu_reg = Quu + reg * jnp.eye(n, dtype=dtype)
             du, free, L = _box_qp(Quu_reg, Qu, lower - u, upper - u)
