@@ -80,6 +80,8 @@ jax.tree_util.register_dataclass(OCP, data_fields=["arm", "x0", "dt", "lower", "
 
 
 def _step(arm, x, u, dt, method, input):
+    """x_{k+1} (2n,): one step of the integrator ``method`` from x = (q, qd) with u held, no
+    clipping of the input (the same step :func:`jaxarm.rollout` takes with ``saturate=False``)."""
     n = arm.n
     step = integrators.get_method(method)
 
@@ -87,11 +89,7 @@ def _step(arm, x, u, dt, method, input):
         return _forward_dynamics(arm, q, qd, _joint_torque(arm, u, qd, input, False))
 
     q, qd, _ = step(accel, 0.0, x[:n], x[n:], dt)
-    return _join(q, qd)
-
-
-def _join(a, b):
-    return jnp.concatenate([a, b])
+    return jnp.concatenate([q, qd])
 
 
 _TABLEAUS = {"rk3": integrators.KUTTA3, "rk4": integrators.CLASSICAL_RK4}
@@ -119,12 +117,12 @@ def _step_jacobians(arm, xs, us, dt, method, input):
             J, y = jax.jacfwd(f, has_aux=True)(jnp.concatenate([x, u]))
             return y, J[:, : 2 * n], J[:, 2 * n:]
         return jax.vmap(one)(xs, us)
-    c, A, b = (np.asarray(v, float) for v in _TABLEAUS[method])
+    _, A, b = (np.asarray(v, float) for v in _TABLEAUS[method])  # the stage times do not matter: u is held
     stages = len(b)
 
     def f(x, u):
         qdd = _forward_dynamics(arm, x[:n], x[n:], _joint_torque(arm, u, x[n:], input, False))
-        return _join(x[n:], qdd)
+        return jnp.concatenate([x[n:], qdd])
 
     fv = jax.vmap(f)
     points, K = [], []
@@ -140,8 +138,10 @@ def _step_jacobians(arm, xs, us, dt, method, input):
     U = jnp.tile(us, (stages, 1))
 
     def accel_jac(x, u):  # d qdd / d(x, u) (n, 3n); the qd rows of df/dx are constant
-        return jax.jacfwd(lambda xu: _forward_dynamics(arm, xu[:n], xu[n:2 * n], _joint_torque(arm, xu[2 * n:], xu[n:2 * n], input, False)))(
-            jnp.concatenate([x, u]))
+        def accel(xu):
+            q, qd, u = xu[:n], xu[n:2 * n], xu[2 * n:]
+            return _forward_dynamics(arm, q, qd, _joint_torque(arm, u, qd, input, False))
+        return jax.jacfwd(accel)(jnp.concatenate([x, u]))
 
     Ja = jax.vmap(accel_jac)(P, U).reshape(stages, T, n, 3 * n)
     top = jnp.concatenate([jnp.zeros((n, n)), jnp.eye(n), jnp.zeros((n, n))], axis=1).astype(xs.dtype)

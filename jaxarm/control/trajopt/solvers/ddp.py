@@ -354,7 +354,7 @@ def ddp(
 
     def objective(xs, us, lam, mu):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
-        return jnp.sum(jax.vmap(lambda xu, k, l: _knot_value(problem, arm, eq, xu, k, l, mu))(xu, ks, lam))
+        return jnp.sum(jax.vmap(lambda xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu))(xu, ks, lam))
 
     def constraint_values(xs, us):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
@@ -395,8 +395,6 @@ def ddp(
 
     def expected(bw, A, B, gaps, g, H):
         """g1, g2 of the model's change alpha g1 + alpha^2 g2 along the step (one linear rollout)."""
-        nx = 2 * n
-
         def lin(dx, d):
             A, B, f_next, k, K = d
             du = k + K @ dx
@@ -406,7 +404,6 @@ def ddp(
         dxu = jnp.concatenate([jnp.concatenate([dx, du], axis=1), jnp.concatenate([dxT, jnp.zeros(n, dtype)])[None]])
         g1 = jnp.sum(g * dxu)
         g2 = 0.5 * jnp.sum(jnp.einsum("ki,kij,kj->k", dxu, H, dxu))
-        del nx
         return g1, g2
 
     def forward(xs, us, gaps, bw, alpha):
@@ -430,7 +427,7 @@ def ddp(
             xs, us, J, reg, fails, it, done, stop, log = c
             gaps, A, B = dynamics(xs, us)
             xu = jnp.concatenate([xs, pad(us)], axis=1)
-            g, H = jax.vmap(lambda xu, k, l: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, l, mu))(xu, ks, lam)
+            g, H = jax.vmap(lambda xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu))(xu, ks, lam)
             bw = backward(xs, us, A, B, gaps, g, H, reg)
             g1, g2 = expected(bw, A, B, gaps, g, H)
             gap = jnp.max(jnp.abs(gaps))
