@@ -100,3 +100,31 @@ def test_a_weakly_typed_input_reuses_the_batched_kernel(caplog):
         jaxarm.rollout_batch(heavier, weak, q0, u, 2e-3, constant_arm=False).q.block_until_ready()
     compiled = [r.getMessage()[:40] for r in caplog.records if r.getMessage().startswith("Compiling")]
     assert not any("_kernel" in m for m in compiled), compiled
+
+
+def test_trajectory_optimization_compiles_once_for_new_goals_start_states_and_arms():
+    """A jitted trajopt.ddp called again with a new goal (a params entry), a new start state and a
+    heavier arm (the problem passed as an argument, varied with ``replace``) compiles nothing new;
+    so does mpc_step fed its own previous plan. (A problem built again by ``ocp()`` carries new
+    term functions, which jit sees as a new problem structure: vary a problem with ``replace``.)"""
+    from jaxarm import trajopt
+    from jaxarm.trajopt import terms
+
+    arm, heavier = _arms()
+    q0 = jnp.array([-1.2, 0.8])
+    goal = jaxarm.tool_pose(arm, q0)[:3, 3] + jnp.array([0.2, 0.2, 0.0])
+    goal2, x0_2 = goal + 0.05, jnp.array([-1.1, 0.8, 0.0, 0.0])
+    costs = terms.effort(0.01) + terms.tool_position("goal", 100.0) + terms.joint_velocity(1.0)
+    problem = trajopt.ocp(arm, q0, 10, 0.05, costs=costs, params={"goal": goal})
+    solve = jax.jit(lambda p: trajopt.ddp(p, max_iterations=3, al_iterations=1))
+    step = jax.jit(lambda p, x, plan: trajopt.mpc_step(p, x, plan, max_iterations=2))
+    first = solve(problem)
+    plan = step(problem, problem.x0, first)  # its history is shorter than ddp's here (2 vs 3 iterations):
+    plan = step(problem, plan.x[1], plan)  # a plan of mpc_step's own shapes is compiled for once
+    jax.block_until_ready(plan)
+    with count_compiles() as events:
+        variants = [problem.replace(params={"goal": goal2}), problem.replace(x0=x0_2), problem.replace(arm=heavier)]
+        for p in variants:
+            jax.block_until_ready(solve(p))
+        jax.block_until_ready(step(problem, plan.x[1], plan))
+    assert len(events) == 0, f"{len(events)} new compiles"

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ....dynamics import linalg
+from ....simulate.batch import _strong
 from ..ocp import OCP, _step, _step_jacobians, solver_arm
 
 # Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
@@ -502,8 +503,11 @@ def ddp(
                        jnp.where(~finite, NOT_FINITE,
                                  jnp.where(stop, NO_PROGRESS,
                                            jnp.where(done & (viol > tol_violation), INFEASIBLE, ITERATION_LIMIT))))
-    return OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
-                     status=status, multipliers=lam, history=log)
+    result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
+                       status=status, multipliers=lam, history=log)
+    # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
+    # start (mpc_step) must not compile the solver a second time
+    return jax.tree_util.tree_map(_strong, result)
 
 
 def _finite(a, name, func):
