@@ -265,3 +265,27 @@ def test_reach_problem_written_as_terms_has_the_same_objective():
     with pytest.raises(ValueError, match="smoothness"):
         trajopt.reach_ocp(arm, reach._replace(smoothness=jnp.asarray(1.0)), T)
 
+
+
+def test_geometric_terms_measure_what_they_say():
+    """Signed distances, the tool speed and the tool axis against direct computations."""
+    arm = two_link()
+    q, qd = jnp.array([0.3, -0.7]), jnp.array([0.5, 1.2])
+    x, u = jnp.concatenate([q, qd]), jnp.zeros(2)
+    frames, tool = jaxarm.forward_kinematics(arm, q)
+    center = jnp.array([0.4, 0.9, 0.1])
+
+    def value(term):
+        return np.asarray(term.fn(arm, x, u, 0, term.values({}), {}))
+
+    p = np.asarray(tool[:3, 3])
+    assert value(terms.keep_out_sphere(center, 0.2, margin=0.05)) == pytest.approx(0.25 - np.linalg.norm(p - center), abs=1e-12)
+    # link 2's segment from its origin to the tool point, (0, 0, 0) to (0.5, 0, 0) in its frame
+    a, b = np.asarray(frames[2][:3, 3]), np.asarray(frames[2][:3, :3] @ np.array([0.5, 0.0, 0.0]) + frames[2][:3, 3])
+    s = np.clip(np.dot(center - a, b - a) / np.dot(b - a, b - a), 0, 1)
+    expected = 0.2 - np.linalg.norm(a + s * (b - a) - center)
+    assert value(terms.keep_out_capsule(2, (0, 0, 0), (0.5, 0, 0), center, 0.2)) == pytest.approx(expected, abs=1e-12)
+    v = np.asarray(jaxarm.jacobian(arm, q)[:3] @ qd)
+    assert value(terms.tool_speed_limit(2.0)) == pytest.approx(np.sum(v**2) / 4.0 - 1.0, rel=1e-12)
+    axis_res = value(terms.tool_axis((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)))
+    assert axis_res == pytest.approx(np.asarray(tool[:3, 0]) - np.array([0.0, 1.0, 0.0]), abs=1e-12)

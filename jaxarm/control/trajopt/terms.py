@@ -327,8 +327,8 @@ def keep_out_capsule(link, start, end, center, radius, *, margin=0.0, when="all"
     _check_link(link, "keep_out_capsule")
 
     def fn(arm, x, u, k, d, p):
-        a = link_point(arm, x[: arm.n], link, d["start"]) if link else d["start"]
-        b = link_point(arm, x[: arm.n], link, d["end"]) if link else d["end"]
+        a = link_point(arm, x[: arm.n], link, d["start"])
+        b = link_point(arm, x[: arm.n], link, d["end"])
         ab = b - a
         s = jnp.clip(jnp.dot(d["center"] - a, ab) / jnp.maximum(jnp.dot(ab, ab), 1e-12), 0.0, 1.0)
         r = a + s * ab - d["center"]
