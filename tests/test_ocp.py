@@ -289,3 +289,17 @@ def test_geometric_terms_measure_what_they_say():
     assert value(terms.tool_speed_limit(2.0)) == pytest.approx(np.sum(v**2) / 4.0 - 1.0, rel=1e-12)
     axis_res = value(terms.tool_axis((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)))
     assert axis_res == pytest.approx(np.asarray(tool[:3, 0]) - np.array([0.0, 1.0, 0.0]), abs=1e-12)
+
+
+def test_total_cost_is_differentiable_with_respect_to_params():
+    arm = two_link()
+    problem, goal = reach_ocp(arm)
+    u = jnp.ones((T, 2))
+    traj = jaxarm.rollout(arm, Q0, jnp.zeros(2), u, DT, saturate=False)
+    x = jnp.concatenate([traj.q, traj.qd], axis=1)
+    cost = lambda g: trajopt.total_cost(problem.replace(params={"goal": g}), x, u)  # noqa: E731
+    grad = np.asarray(jax.grad(cost)(goal))
+    h = 1e-6
+    fd = np.array([(cost(goal.at[i].add(h)) - cost(goal.at[i].add(-h))) / (2 * h) for i in range(3)])
+    np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
+    assert np.linalg.norm(grad) > 1.0

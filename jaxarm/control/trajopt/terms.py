@@ -26,7 +26,8 @@ apply at k = 0..T-1 under ``"path"``.
 
 Any number (a weight, a target, an obstacle centre) may instead be a string naming an entry of
 the problem's ``params`` dict: ``tool_position("goal")`` reads ``params["goal"]``, so one problem
-is ``jax.vmap``-ed over many goals and differentiated with respect to them.
+is ``jax.vmap``-ed over many goals, and a cost is differentiated with respect to them
+(gradients of the optimal solution itself need implicit differentiation, not offered yet).
 """
 
 from __future__ import annotations
