@@ -7,12 +7,13 @@ The solver combines three published pieces:
   a backtracking line search and Levenberg-Marquardt regularization of Q_uu. Least-squares terms
   are quadratized by Gauss-Newton, scalar terms by ``jax.hessian``; the dynamics enter through their
   first derivatives only (iLQR; the full-DDP curvature V_x' d^2F is not offered).
-- Box-DDP (Tassa, Mansard & Todorov 2014, Algorithm 2 and section III-B): the input bounds
+- Box-DDP (Tassa, Mansard & Todorov 2014, "Control-limited differential dynamic programming"): the input bounds
   lower <= u <= upper are handled inside the backward pass. Each stage solves the box-constrained
   QP min_du 1/2 du^T Q_uu du + Q_u^T du with u + du in the box by projected Newton; the feedback
   gain acts only on the free inputs (rows of clamped inputs are zero), so no iterate ever leaves
   the box.
-- Feasibility-driven DDP (FDDP; Mastalli et al. 2020, "Crocoddyl", section IV): the state
+- Feasibility-driven DDP (FDDP; Mastalli et al. 2020, "Crocoddyl: an efficient and versatile
+  framework for multi-contact optimal control"): the state
   trajectory is a decision too, so a solve may start from an infeasible guess (for example
   states interpolated towards a goal). The gaps f_{k+1} = F(x_k, u_k) - x_{k+1} enter the backward
   pass (V_x' = V_x + V_xx f) and the forward pass closes them by the step length:
