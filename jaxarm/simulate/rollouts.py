@@ -103,7 +103,7 @@ def rollout(
         (``input="voltage"``, through :func:`jaxarm.motor_torque`), one row per step, or a policy
         ``u = policy(t, q, qd)`` (then ``steps`` gives T), e.g. :func:`jaxarm.pd_controller`.
     hold: the input is updated every ``hold`` steps and held in between (zero-order hold of a DAC
-        with period ``hold * dt``); ``dac`` optionally quantizes/clips it (seed's DACOut).
+        with period ``hold * dt``); ``dac`` optionally quantizes/clips it (as Swartz's DACOut routine).
     f_ext: optional wrench on the tool, (6,) constant or (T, 6) schedule (see inverse_dynamics).
     method: "rk3" (default, Kutta), "rk4", "euler" (Craig 6.117), "semi_implicit_euler" or a
         step function (see :mod:`jaxarm.integrators`).

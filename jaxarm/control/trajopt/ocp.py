@@ -286,9 +286,12 @@ def ocp(
     return problem
 
 
-def _finite(a, name, func):
+def _finite(a, name, func, show_values=True):
+    """Refuse NaN or inf in a concrete array (a traced one is not checked); name the values when
+    they are few (``show_values``), not for whole trajectories."""
     if not isinstance(a, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{func}: {name}: expected finite values, got {np.asarray(a).tolist()}")
+        got = np.asarray(a).tolist() if show_values else "NaN or inf"
+        raise ValueError(f"{func}: {name}: expected finite values, got {got}")
 
 
 def _bound(b, n, name, func, dtype):

@@ -37,7 +37,7 @@ import numpy as np
 
 from ....dynamics import linalg
 from ....simulate.batch import _strong
-from ..ocp import OCP, _step, _step_jacobians, solver_arm
+from ..ocp import OCP, _finite, _step, _step_jacobians, solver_arm
 
 # Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
 CONVERGED, ITERATION_LIMIT, NO_PROGRESS, INFEASIBLE, NOT_FINITE = 0, 1, 2, 3, 4
@@ -337,7 +337,7 @@ def ddp(
     u_init = jnp.asarray(u_init, dtype)
     if u_init.shape != (T, n):
         raise ValueError(f"{func}: u_init: expected shape ({T}, {n}) (T steps of the problem, one input per joint), got {u_init.shape}")
-    _finite(u_init, "u_init", func)
+    _finite(u_init, "u_init", func, show_values=False)
     us0 = jnp.clip(u_init, lower, upper)
     if x_init is None:
         xs0 = _rollout(step, problem.x0, us0)
@@ -345,7 +345,7 @@ def ddp(
         xs0 = jnp.asarray(x_init, dtype)
         if xs0.shape != (T + 1, 2 * n):
             raise ValueError(f"{func}: x_init: expected shape ({T + 1}, {2 * n}) (states q, qd at the T+1 knots), got {xs0.shape}")
-        _finite(xs0, "x_init", func)
+        _finite(xs0, "x_init", func, show_values=False)
     lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
@@ -509,11 +509,6 @@ def ddp(
     # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
     # start (mpc_step) must not compile the solver a second time
     return jax.tree_util.tree_map(_strong, result)
-
-
-def _finite(a, name, func):
-    if not isinstance(a, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{func}: {name}: expected finite values, got NaN or inf")
 
 
 def _rollout(step, x0, us):
