@@ -40,8 +40,8 @@ Quantities (``--quantities``):
 The arm. Every implementation simulates the same arm (``benchmark_arm``): the bundled arm with
 Coulomb/Stribeck/sigmoid friction and position limits removed (MuJoCo models both as constraints,
 not force laws, and would do different work); viscous friction, rotor inertia and gravity stay.
-The Puma 560's consensus model is not loadable by MuJoCo (massless link 1, link 3 breaks the
-triangle inequality), so it gets the minimal fix documented in ``benchmark_arm``. Each peer run
+The bundled Puma 560 is the consensus model made physically consistent (MuJoCo rejects the
+published one: massless link 1, link 3 breaks the triangle inequality). Each peer run
 starts with a ``check`` line: the largest difference between the peer's and jaxarm's answer for a
 few states, so a mismatch of models cannot pass unnoticed.
 
@@ -83,7 +83,6 @@ import os
 import platform
 import sys
 import time
-import warnings
 from importlib import metadata
 
 import jax
@@ -298,22 +297,11 @@ def benchmark_arm(name):
     """The bundled arm ``name`` as every implementation here simulates it.
 
     Coulomb / Stribeck / sigmoid friction and position limits are removed (MuJoCo would add them
-    as constraints). For the Puma 560: its consensus model has a massless link 1 with Iyy only,
-    and link 3 breaks the triangle inequality; MuJoCo rejects both. Link 1 only ever spins about
-    its y axis (joint 1's axis), so giving it 1 g at its origin and Ixx = Izz = Iyy / 2 leaves
-    every joint torque unchanged; link 3's Izz is raised from 0.0125 to 0.020 (the smallest round
-    value that satisfies the triangle inequality).
+    as constraints). The bundled arms are physically consistent, which MuJoCo requires (the
+    literature Puma 560, ``puma560_rtb``, is not; ``puma560`` is its consistent version).
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", jaxarm.PhysicalConsistencyWarning)
-        arm = jaxarm.load_arm(name)
+    arm = jaxarm.load_arm(name)
     links = arm.links
-    if name == "puma560":
-        mass, inertia = np.array(links.mass), np.array(links.inertia)
-        mass[0] = 1e-3
-        inertia[0] = np.diag([inertia[0, 1, 1] / 2, inertia[0, 1, 1], inertia[0, 1, 1] / 2])
-        inertia[2, 2, 2] = 0.020
-        links = dataclasses.replace(links, mass=mass, inertia=inertia)
     d = arm.drives
     drives = dataclasses.replace(
         d,

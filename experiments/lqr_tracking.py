@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-import warnings
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
@@ -66,9 +64,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.points = 0.6, 3
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the consensus Puma model is physically inconsistent (documented)
-        puma = jaxarm.load_arm("puma560")
+    puma = jaxarm.load_arm("puma560")
     model = puma.with_payload(PAYLOAD, PAYLOAD_COM)
     dt = args.dt
     nom = nominal(model, args.duration, dt)

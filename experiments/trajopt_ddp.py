@@ -34,7 +34,6 @@ import json
 import statistics
 import sys
 import time
-import warnings
 
 import jax
 
@@ -248,9 +247,7 @@ def main(argv=None):
     for name in args.cases.split(","):
         if name not in CASES:
             ap.error(f"--cases: unknown case {name!r}; expected some of {', '.join(CASES)}")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", jaxarm.PhysicalConsistencyWarning)
-            CASES[name](args, out)
+        CASES[name](args, out)
     if args.plot:
         plot(args.plot, out)
 

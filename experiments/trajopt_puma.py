@@ -75,9 +75,7 @@ PAYLOAD_RADIUS = 0.05
 
 
 def puma(payload_mass, coulomb_scale):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", jaxarm.PhysicalConsistencyWarning)  # the consensus model's links 1 and 3
-        arm = jaxarm.load_arm("puma560")
+    arm = jaxarm.load_arm("puma560")
     drives = dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, coulomb_scale))
     inertia = 0.4 * payload_mass * PAYLOAD_RADIUS**2 * np.ones(3)  # solid sphere
     return arm.replace(drives=drives).with_payload(payload_mass, PAYLOAD_COM, inertia)

@@ -11,6 +11,7 @@ Oracles:
 - Panda: the published physically consistent parameters must pass the consistency check.
 """
 
+import dataclasses
 import warnings
 
 import jax
@@ -21,10 +22,10 @@ import jaxarm
 from jaxarm.arm_files import ArmFileError, PhysicalConsistencyWarning, load_arm, save_arm
 from jaxarm.consistency import check_link
 
-BUNDLED = ["two_link_planar", "rp_arm", "puma560", "stanford_arm", "panda", "cmu_dd_arm"]
+BUNDLED = ["two_link_planar", "rp_arm", "puma560", "puma560_rtb", "stanford_arm", "panda", "cmu_dd_arm"]
 
 # Links whose published inertial parameters are physically inconsistent (joint numbers, 1-based).
-INCONSISTENT = {"puma560": {1, 3}, "stanford_arm": {5}}
+INCONSISTENT = {"puma560_rtb": {1, 3}, "stanford_arm": {5}}
 
 
 def load_quietly(name):
@@ -96,15 +97,16 @@ QZ = np.zeros(6)
 QN = np.array([0.0, np.pi / 4, np.pi, 0.0, np.pi / 4, 0.0])
 
 
-def test_puma560_gravity_load_matches_robotics_toolbox(arms):
-    arm = arms["puma560"]
+@pytest.mark.parametrize("name", ["puma560", "puma560_rtb"])
+def test_puma560_gravity_load_matches_robotics_toolbox(arms, name):
+    arm = arms[name]
     np.testing.assert_allclose(jaxarm.gravity_torques(arm, QZ), [0, 37.4837, 0.2489, 0, 0, 0], rtol=0, atol=1e-3)
     np.testing.assert_allclose(jaxarm.gravity_torques(arm, QN), [0, 31.6399, 6.0351, 0, 0.0283, 0], rtol=0, atol=1e-3)
 
 
 def test_puma560_rne_and_inertia_match_robotics_toolbox(arms):
     """RTB's rne includes the reflected armature inertia G^2 Jm and the friction B G^2 qd + |G| Tc."""
-    arm = arms["puma560"]
+    arm = arms["puma560_rtb"]
     z, o = np.zeros(6), np.ones(6)
     cases = [
         (z, o, arm, [3.35311, 36.0025, 7.42596, 0.190043, 0.203441, 0.194133]),
@@ -129,10 +131,40 @@ def test_puma560_consensus_inertias_are_inconsistent():
     # Link 3's principal moments (0.0125, 0.066, 0.086) break the triangle inequality; link 1 has
     # inertia but no mass. consistency.check_link agrees, so loading warns, and strict=True raises.
     assert not check_link(4.8, [-0.0203, -0.0141, 0.070], np.diag([0.066, 0.086, 0.0125])).ok
-    with pytest.warns(PhysicalConsistencyWarning, match=r"puma560\.toml: joint 3: .*triangle"):
-        load_arm("puma560")
-    with pytest.raises(ArmFileError, match=r"puma560\.toml: joint 1: physically inconsistent"):
-        load_arm("puma560", strict=True)
+    with pytest.warns(PhysicalConsistencyWarning, match=r"puma560_rtb\.toml: joint 3: .*triangle"):
+        load_arm("puma560_rtb")
+    with pytest.raises(ArmFileError, match=r"puma560_rtb\.toml: joint 1: physically inconsistent"):
+        load_arm("puma560_rtb", strict=True)
+
+
+def test_puma560_is_the_consensus_model_made_consistent():
+    """The flagship arm loads silently (strict), and differs from the literature model only where
+    that model is impossible: link 1's mass and transverse moments (which enter no joint torque:
+    exact equality) and link 3's moments (the nearest consistent ones, a 0.3 % change of M)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        arm = load_arm("puma560", strict=True)
+    rtb = load_quietly("puma560_rtb")
+    assert all(check_link(arm.links.mass[i], arm.links.com[i], arm.links.inertia[i]).ok for i in range(6))
+    for field in ("kinematics", "drives", "limits", "gravity"):
+        for x, y in zip(jax.tree_util.tree_leaves(getattr(arm, field)), jax.tree_util.tree_leaves(getattr(rtb, field))):
+            np.testing.assert_array_equal(x, y)
+    changed = [i for i in range(6) if not (np.array_equal(arm.links.mass[i], rtb.links.mass[i])
+                                           and np.array_equal(arm.links.inertia[i], rtb.links.inertia[i]))]
+    assert changed == [0, 2]
+    # Link 3 put back to the published moments: every joint torque equals the literature model's.
+    inertia = np.asarray(arm.links.inertia).copy()
+    inertia[2] = np.asarray(rtb.links.inertia)[2]
+    link1_only = arm.replace(links=dataclasses.replace(arm.links, inertia=jax.numpy.asarray(inertia)))
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        q, qd, qdd = rng.uniform(-2.5, 2.5, (3, 6))
+        np.testing.assert_allclose(jaxarm.inverse_dynamics(link1_only, q, qd, qdd),
+                                   jaxarm.inverse_dynamics(rtb, q, qd, qdd), rtol=1e-13, atol=1e-12)
+    # Link 3's projection moves M by at most 0.0026 (and does move it).
+    dM = max(np.abs(np.asarray(jaxarm.mass_matrix(arm, q) - jaxarm.mass_matrix(rtb, q))).max()
+             for q in rng.uniform(-2.5, 2.5, (20, 6)))
+    assert 1e-4 < dM <= 0.0026 + 1e-12
 
 
 def test_puma560_drive_parameters(arms):

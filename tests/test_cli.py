@@ -12,6 +12,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 import jaxarm
 from jaxarm.arm_files import load_arm
@@ -78,7 +79,7 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_info_prints_dh_table_and_flags_puma_link_3(capsys):
-    assert main(["info", "puma560"]) == 0
+    assert main(["info", "puma560_rtb"]) == 0
     out = capsys.readouterr().out
     assert "a_i [m]" in out and "alpha_i [rad]" in out and "d_i [m]" in out and "theta_i [rad]" in out
     assert "0.4318" in out and "0.15005" in out  # a2, d3
@@ -100,8 +101,8 @@ def test_python_dash_m_jaxarm_info():
     proc = subprocess.run([sys.executable, "-m", "jaxarm", "info", "puma560"], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "Kinematics" in proc.stdout and "link 3: INCONSISTENT" in proc.stdout
-    assert "Traceback" not in proc.stderr
+    assert "Kinematics" in proc.stdout and "link 3: OK" in proc.stdout
+    assert proc.stderr == ""  # the flagship arm is physically consistent: no warning on load
 
 
 def test_inverse_equals_library(capsys):  # the library call is jitted: op-by-op dispatch is slow
@@ -252,7 +253,9 @@ def _bad_cases(tmp: Path):
         "diverges": (["simulate", two, "--controller", "pd", "--target", "1,1", "--kp", "1e9", "--kd", "0", "--method", "euler",
                       "--duration", "1", "--dt", "0.01", "--out", str(tmp / "out.npz"), "--plot", str(tmp / "out.png")],
                      1, "diverged"),
-        "not a results file": (["plot", str(tmp / "cols.csv"), "--out", str(tmp / "out.png")], 2, "cols.csv"),
+        "not a results file": (["plot", str(tmp / "cols.csv"), "--out", str(tmp / "out.png")], 2, "not an .npz archive"),
+        "output exists": (["simulate", two, *sim[:4], "--out", str(tmp / "cols.csv")], 2, "already exists; pass --force"),
+        "export over a file": (["export", two, "--urdf", str(tmp / "volts.csv")], 2, "already exists"),
     }
 
 
@@ -306,9 +309,58 @@ def test_export_urdf_and_mjcf_round_trip(tmp_path, capsys):
 
 def test_export_refuses_what_mujoco_cannot_load_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "puma.xml"
-    assert main(["export", "puma560", "--mjcf", str(out)]) == 2
+    assert main(["export", "puma560_rtb", "--mjcf", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "joint 1" in err[0] and "mass" in err[0]
     assert list(tmp_path.iterdir()) == []
     assert main(["export", "puma560"]) == 2
     assert "--urdf" in capsys.readouterr().err
+
+
+def test_existing_outputs_are_kept_unless_forced(tmp_path, capsys):
+    out = tmp_path / "run.npz"
+    out.write_bytes(b"mine")
+    argv = ["simulate", "two_link_planar", "--duration", "0.01", "--dt", "0.001", "--out", str(out)]
+    assert main(argv) == 2 and out.read_bytes() == b"mine"
+    assert "--force" in capsys.readouterr().err
+    assert main(argv + ["--force"]) == 0
+    assert len(np.load(out)["t"]) == 11
+
+
+def test_simulate_never_runs_past_duration_and_says_so(tmp_path, capsys):
+    out = tmp_path / "run.npz"
+    assert main(["simulate", "two_link_planar", "--duration", "0.25", "--dt", "0.1", "--out", str(out)]) == 0
+    np.testing.assert_allclose(np.load(out)["t"], [0.0, 0.1, 0.2])
+    assert "simulated 2 steps, to t = 0.2 s" in capsys.readouterr().out
+    assert main(["simulate", "two_link_planar", "--duration", "0.3", "--dt", "0.1", "--out", str(out), "--force"]) == 0
+    np.testing.assert_allclose(np.load(out)["t"], [0.0, 0.1, 0.2, 0.3])  # 0.3 / 0.1 = 2.9999999999999996
+    assert "note:" not in capsys.readouterr().out
+
+
+def test_simulate_reports_joints_that_leave_their_limits(tmp_path, capsys):
+    """The Puma falls under gravity with zero torque: joint 2 passes its -45 degree stop."""
+    out = tmp_path / "run.npz"
+    assert main(["simulate", "puma560", "--duration", "1", "--dt", "0.002", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    q = np.load(out)["q"]
+    lo = np.asarray(load_arm("puma560").limits.position)[:, 0]
+    assert (q[:, 1] < lo[1]).any() and not (q[:, [0, 2, 3, 4, 5]] < lo[[0, 2, 3, 4, 5]]).any()
+    assert len(err) == 1 and err[0].startswith("jaxarm: warning: joint 2 left its position limits [-0.7854, 3.927] rad")
+    assert main(["simulate", "puma560", "--controller", "pd", "--target", "0,0.8,-0.8,0,0.5,0", "--duration", "0.2",
+                 "--dt", "0.002", "--out", str(out), "--force"]) == 0
+    assert capsys.readouterr().err == ""  # inside the limits: nothing to say
+
+
+def test_inverse_prints_round_off_as_zero(capsys):
+    assert main(["inverse", "puma560", "--q", "0,0,0,0,0,0"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[2:]
+    tau = [row.split()[-1] for row in rows]
+    assert tau[0] == "0" and tau[3:] == ["0", "0", "0"] and float(tau[1]) == pytest.approx(37.4837, abs=1e-4)
+
+
+def test_plot_refuses_pickles_without_numpy_advice(tmp_path, capsys):
+    bad = tmp_path / "objects.npz"
+    np.savez(bad, t=np.array([object()], dtype=object))
+    assert main(["plot", str(bad), "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "never unpickles" in err and "allow_pickle" not in err

@@ -199,3 +199,19 @@ def test_several_logs_are_identified_together(setup, capsys, tmp_path):
     assert all(r < 0.05 for r in rep["rmse"]["heldout"])  # noise 0.01
     assert "run1.csv + run2.csv" in stdout
     assert not any("gap" in w for w in rep["warnings"])  # the join of two experiments is not a gap in either
+
+
+def test_inconsistent_arm_file_is_repaired_and_said(setup, capsys, tmp_path):
+    """A published model can be physically impossible (the literature Puma 560 is): the fit starts
+    from its links clipped into the consistent set, says so on stderr, and the result is consistent."""
+    inertia = np.asarray(setup["prior"].links.inertia).copy()
+    inertia[1] = np.diag([1.0, 0.1, 0.1]) * np.trace(inertia[1]) / 1.2  # I2 + I3 < I1: no body has this
+    bad = setup["prior"].replace(links=dataclasses.replace(setup["prior"].links, inertia=inertia))
+    arm_file = str(jaxarm.save_arm(bad, tmp_path / "bad.toml"))
+    out = tmp_path / "fixed.toml"
+    code, stdout, err = _run(capsys, "identify", setup["log"], "--arm", arm_file, "--out", str(out), "--cutoff", "20")
+    assert code == 0, err
+    assert err.count("link 2: physically inconsistent, repaired") == 1 and "repair=True" not in err + stdout
+    assert "physically consistent: yes" in stdout
+    fitted = jaxarm.load_arm(str(out), strict=True)
+    assert fitted.n == 2

@@ -98,7 +98,7 @@ def test_semidefinite_prior_is_nudged_with_a_warning_and_inconsistent_one_refuse
     bad[4:] = [I_o[0, 0], I_o[0, 1], I_o[0, 2], I_o[1, 1], I_o[1, 2], I_o[2, 2]]
     with pytest.raises(ValueError, match="link 7.*triangle"):
         ci.parameters_to_log_cholesky(bad, label="link 7")
-    with pytest.warns(ci.PriorNudgedWarning):
+    with pytest.warns(ci.PriorNudgedWarning, match="physically inconsistent, repaired"):
         theta = ci.parameters_to_log_cholesky(bad, repair=True)
     assert check_link(*_link_from_pi(np.asarray(ci.log_cholesky_to_parameters(theta)))).ok
     with pytest.raises(ValueError, match=r"shape \(\.\.\., 10\)"):

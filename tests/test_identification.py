@@ -243,7 +243,6 @@ def test_planar_two_link_closed_form():
     assert np.count_nonzero(K) == base.rank + 3  # nothing else mixes
 
 
-@pytest.mark.filterwarnings("ignore::jaxarm.PhysicalConsistencyWarning")  # the published Puma model is inconsistent
 def test_puma560_has_36_base_inertial_parameters():
     """The classic count for the Puma 560 without drives (Gautier & Khalil 1990, Khalil &
     Dombre ch. 12) -- checked here against an SVD rank, not only the literature number."""

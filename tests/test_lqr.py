@@ -3,7 +3,6 @@ NumPy loop and the optimal-cost identity; closed-loop tracking of a Puma 560 tra
 
 from __future__ import annotations
 
-import warnings
 
 import jax
 import numpy as np
@@ -112,9 +111,7 @@ def test_tvlqr_tracks_a_puma_trajectory_from_a_perturbed_start():
     """Nominal: the Puma under PD + gravity compensation for 0.6 s; TV-LQR from the RK3 step
     linearization brings a start 0.05 rad off back onto it; replaying the nominal torques open loop
     does not."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the consensus Puma model is physically inconsistent (documented)
-        arm = jaxarm.load_arm("puma560")
+    arm = jaxarm.load_arm("puma560")
     dt, T = 5e-3, 120
     q0 = np.array([0.0, 0.5, -0.5, 0.0, 0.3, 0.0])
     goal = q0 + np.array([0.4, -0.3, 0.4, 0.3, -0.3, 0.2])

@@ -105,10 +105,17 @@ def test_bundled_panda_matches_mujoco():
     _compare_with_mujoco(_no_coulomb(arm), 4)
 
 
-def test_puma560_is_refused_with_the_joint_named():
+def test_bundled_puma560_matches_mujoco():
+    arm = _bundled("puma560")
+    if arm is None:
+        pytest.skip("bundled arm files not available")
+    _compare_with_mujoco(_no_coulomb(arm), 5)
+
+
+def test_puma560_literature_model_is_refused_with_the_joint_named():
     """Corke's Puma 560 has a massless link 1 carrying only I_zz (and link 3 breaks the triangle
     inequality): MuJoCo would reject it, so to_mjcf says which joint and why."""
-    arm = _bundled("puma560")
+    arm = _bundled("puma560_rtb")
     if arm is None:
         from test_urdf import _puma560
 

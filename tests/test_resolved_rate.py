@@ -4,7 +4,6 @@ singularity diagnostics near the Puma's wrist singularity, and straight-line too
 from __future__ import annotations
 
 import functools
-import warnings
 
 import jax
 import numpy as np
@@ -15,9 +14,7 @@ import jaxarm
 from jaxarm.resolved_rate import resolved_rate, resolved_rate_motion
 from tests.helpers import assert_close, random_arm
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # the consensus Puma model is physically inconsistent (documented)
-    PUMA = jaxarm.load_arm("puma560")
+PUMA = jaxarm.load_arm("puma560")
 Q_GENERIC = np.array([0.3, 0.6, -0.9, 0.4, 0.8, -0.2])
 TWIST = np.array([0.1, -0.05, 0.08, 0.2, -0.1, 0.3])
 

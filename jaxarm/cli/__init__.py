@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
             f"damped {PD_BANDWIDTH:g} rad/s per joint: kp = {PD_BANDWIDTH**2:g} M_ii(q0), kd = {2 * PD_BANDWIDTH:g} M_ii(q0);\n"
             "gravity is compensated with the arm's own model unless --no-gravity-compensation.\n"
             "Vectors (--q0, --target, --kp, ...) are comma- or space-separated numbers.\n"
-            "The run has ceil(duration / dt) steps. Results (.npz): t (T+1,), q, qd ([B,] T+1, n),\n"
+            "The run has floor(duration / dt) steps (never past --duration). Joints leaving their\n"
+            "position limits are reported (limits are not enforced). Results (.npz): t (T+1,), q, qd ([B,] T+1, n),\n"
             "qdd, tau, u ([B,] T, n), arm, dt, method, q0, qd0 (and target, kp, kd for pd)."
         ),
     )
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", metavar="FILE.csv", help="also write t, q, qd, tau as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="also plot q, qd, tau against time (needs matplotlib)")
     strict(p)
+    p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_simulate)
 
     p = arm_command("export", "write the arm as URDF and/or MuJoCo MJCF (for viewers and other simulators)")
@@ -137,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mjcf", metavar="FILE.xml", help="MuJoCo MJCF output")
     p.add_argument("--timestep", default="0.001", metavar="DT", help="MJCF option timestep (default 0.001)")
     strict(p)
+    p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser(
@@ -170,11 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: chosen from the log by blocked cross-validation, with the Coulomb friction shape)")
     p.add_argument("--steps", metavar="N", help="L-BFGS iterations of the consistent fit (default 500)")
     p.add_argument("--regularization", default="1e-3", metavar="W", help="weight of the pull towards ARM's values (default 1e-3)")
+    p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_identify)
 
     p = sub.add_parser("plot", help="plot a saved run", description="plot a saved run (jaxarm simulate --out)")
     p.add_argument("results", metavar="RESULTS.npz")
     p.add_argument("--out", metavar="FILE.png", help="image file (default: RESULTS with .png)")
+    p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_plot)
     return parser
 

@@ -164,10 +164,14 @@ class _Outputs:
         self.pending = []  # (temporary, final)
 
     @staticmethod
-    def check(path: str, option: str) -> None:
+    def check(path: str, option: str, force: bool = False) -> None:
+        """Before any work: the folder exists and is writable, and an existing file is only
+        replaced when the user said so (--force)."""
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):
             raise CommandError(f"{option}: {path} is a directory")
+        if os.path.lexists(path) and not force:
+            raise CommandError(f"{option}: {path} already exists; pass --force to replace it (nothing was written)")
         if not os.path.isdir(folder):
             raise CommandError(f"{option}: {path}: directory {folder} does not exist")
         if not os.access(folder, os.W_OK):
@@ -210,6 +214,14 @@ def _print_joint_table(arm, columns):
     def unit(ur, up):
         return ur if kinds == {"revolute"} else up if kinds == {"prismatic"} else f"{ur} | {up}"
 
+    def cells(values):
+        # 12 significant digits of the column's largest entry: anything smaller than that
+        # resolution is round-off (an exact zero computed as 8e-33, say) and prints as 0.
+        values = np.asarray(values, dtype=np.float64)
+        resolution = 1e-12 * float(np.max(np.abs(values), initial=0.0))
+        return [f"{0.0 if abs(v) <= resolution else float(v):.12g}" for v in values]
+
     headers = ["joint", "type"] + [f"{name} [{unit(ur, up)}]" for name, _, ur, up in columns]
-    rows = [[i + 1, arm.joint_types[i], *(f"{float(v[i]):.12g}" for _, v, _, _ in columns)] for i in range(arm.n)]
+    printed = [cells(v) for _, v, _, _ in columns]
+    rows = [[i + 1, arm.joint_types[i], *(col[i] for col in printed)] for i in range(arm.n)]
     print(_table(headers, rows, indent=""))

@@ -16,7 +16,7 @@ def _cmd_export(args) -> int:
         raise CommandError("export: expected --urdf FILE and/or --mjcf FILE")
     targets = [(path, flag) for path, flag in ((args.urdf, "--urdf"), (args.mjcf, "--mjcf")) if path]
     for path, flag in targets:
-        _Outputs.check(path, flag)
+        _Outputs.check(path, flag, args.force)
     arm = _load_arm(args.arm, strict=args.strict)
     texts = []
     for path, flag in targets:

@@ -88,7 +88,7 @@ def _cmd_identify(args) -> int:
     if len(set(paths)) != len(paths) or any(os.path.abspath(p) in paths for p in args.log):
         raise CommandError("--out, --report, --plot: expected distinct files, none of them the log")
     for path, option in outputs:
-        _Outputs.check(path, option)
+        _Outputs.check(path, option, args.force)
     if args.method == "linear" and args.friction == "sigmoid":
         raise CommandError("--friction sigmoid: the sigmoid model is not linear in its parameters; use --method consistent "
                            "(--method linear keeps the arm's own sigmoid friction as known)")
@@ -167,6 +167,8 @@ def _cmd_identify(args) -> int:
         except LogError as exc:
             raise CommandError(f"cannot identify from {where}: {_one_line(exc)}") from None
 
+    said = set()
+
     def fit(log):
         """The linear fit (identifiability, condition number, standard deviations), then the method's fit."""
         try:
@@ -178,9 +180,12 @@ def _cmd_identify(args) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ci.PriorNudgedWarning)
             result = ci.fit_consistent(start, log.q, log.dq, log.ddq, log.tau, friction=friction,
-                                       regularization=regularization, max_steps=steps)
+                                       regularization=regularization, max_steps=steps, repair=True)
         for w in caught:
-            print(f"jaxarm: warning: {_one_line(w.message)}", file=sys.stderr)
+            line = f"jaxarm: warning: {_one_line(w.message)}"
+            if line not in said:  # the refit on the whole log starts from the same arm
+                said.add(line)
+                print(line, file=sys.stderr)
         optimizer = {"iterations": result.iterations, "converged": result.converged, "message": result.message,
                      "regularization": regularization,
                      "loss_history_first_last": [float(result.loss_history[0]), float(result.loss_history[-1])]}

@@ -17,7 +17,7 @@ def _cmd_plot(args) -> int:
         data = load_results(args.results)
     except ValueError as exc:
         raise CommandError(_one_line(exc)) from None
-    _Outputs.check(out, "--out")
+    _Outputs.check(out, "--out", args.force)
     try:
         require_matplotlib()
     except ImportError as exc:

@@ -8,6 +8,7 @@ no pyplot), so plotting never changes the backend of an interactive session.
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Mapping
 
 import numpy as np
@@ -41,6 +42,11 @@ def load_results(source) -> dict:
         except FileNotFoundError:
             raise ValueError(f"{path}: no such file") from None
         except (OSError, ValueError) as exc:
+            if os.path.isfile(path) and not zipfile.is_zipfile(path):
+                raise ValueError(f"{path}: not an .npz archive (jaxarm simulate --out writes one)") from None
+            if "pickle" in str(exc):  # numpy's advice to load pickles unsafely is not ours to give
+                raise ValueError(f"{path}: holds Python objects, not arrays; jaxarm reads only plain arrays (t, q, qd, tau) "
+                                 "and never unpickles a file") from None
             raise ValueError(f"{path}: not a readable .npz results file ({exc})") from None
         where = path
     elif isinstance(source, Mapping) or hasattr(source, "files"):

@@ -251,9 +251,14 @@ def _cmd_simulate(args) -> int:
     bound = _positive(args.bound, "--bound", "a bound")
     if args.method not in METHODS:  # argparse choices already checks; kept for direct calls
         raise CommandError(f"--method: expected one of {', '.join(sorted(METHODS))}, got {args.method}")
-    steps = int(math.ceil(duration / dt - 1e-9))
+    # Never past --duration: a remainder shorter than one step is left out, and said so.
+    steps = int(math.floor(duration / dt + 1e-9))
     if steps < 1:
         raise CommandError(f"--duration: {duration:g} s is shorter than one time step (--dt {dt:g} s)")
+    short_note = None
+    if abs(steps * dt - duration) > 1e-9 * duration:
+        short_note = (f"--duration {duration:g} s is not a whole number of --dt {dt:g} s steps: simulated {steps} steps, "
+                      f"to t = {steps * dt:g} s")
     if args.batch is not None and args.batch < 1:
         raise CommandError(f"--batch: expected a positive number of rollouts, got {args.batch}")
     if args.perturb is not None and args.batch is None:
@@ -278,7 +283,7 @@ def _cmd_simulate(args) -> int:
     outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.csv, "--csv"), (args.plot, "--plot")) if p]
     seen = {}
     for path, option in outputs:
-        _Outputs.check(path, option)
+        _Outputs.check(path, option, args.force)
         key = os.path.abspath(path)
         if key in seen:
             raise CommandError(f"{option}: {path} is also the {seen[key]} file")
@@ -380,5 +385,32 @@ def _cmd_simulate(args) -> int:
         print(f"PD gains kp = [{', '.join(_fmt(v, 4) for v in result['kp'])}], kd = [{', '.join(_fmt(v, 4) for v in result['kd'])}]")
         print(f"final max |q - target| = {err[j]:.3g} (joint {j + 1})")
     print("wrote " + ", ".join(p for p, _ in outputs))
+    if short_note:
+        print(f"note: {short_note}")
+    for line in limit_warnings(arm, result["t"], result["q"]):
+        print(f"jaxarm: warning: {line}", file=sys.stderr)
     args._note = _consistency_note(arm, args.arm)
     return EXIT_OK
+
+
+def limit_warnings(arm, t, q) -> list[str]:
+    """One line per joint whose position left the arm's limits during the run (rollouts do not
+    enforce them: a real arm would hit its end stop). q: (T+1, n) or (B, T+1, n)."""
+    lo, hi = (np.asarray(x, dtype=np.float64) for x in np.asarray(arm.limits.position).T)
+    q = np.asarray(q, dtype=np.float64)
+    q = q.reshape((-1,) + q.shape[-2:])  # (B, T+1, n)
+    out = []
+    for j in range(arm.n):
+        below, above = q[..., j] < lo[j] - 1e-12, q[..., j] > hi[j] + 1e-12
+        outside = below | above
+        if not outside.any():
+            continue
+        runs = np.flatnonzero(outside.any(axis=1))
+        first = int(np.argmax(outside.any(axis=0)))
+        worst = max(float(np.max(lo[j] - q[..., j], initial=0.0)), float(np.max(q[..., j] - hi[j], initial=0.0)))
+        unit = "rad" if arm.joint_types[j] == "revolute" else "m"
+        where = f" in {len(runs)} of {q.shape[0]} rollouts" if q.shape[0] > 1 else ""
+        out.append(f"joint {j + 1} left its position limits [{_fmt(lo[j], 4)}, {_fmt(hi[j], 4)}] {unit}{where} from "
+                   f"t = {float(t[first]):.4g} s, by up to {worst:.3g} {unit}; the simulation does not enforce joint "
+                   "limits (a real arm would hit its end stop)")
+    return out

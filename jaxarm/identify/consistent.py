@@ -167,6 +167,7 @@ def _nudge(m, c, inertia_c, margin, scale_mass, label, repair):
     w, V = np.linalg.eigh(sigma_c)
     floor = margin * max(w.max(), 0.0) if w.max() > 0 else margin * scale_mass * 1e-4  # (1 cm)^2 m
     notes = []
+    inconsistent = m < 0 or w.min() < 0
     if m <= 0:
         m_new = margin * scale_mass
         notes.append(f"mass {m:.6g} -> {m_new:.3g}")
@@ -177,8 +178,9 @@ def _nudge(m, c, inertia_c, margin, scale_mass, label, repair):
         w = np.maximum(w, floor)
         sigma_c = (V * w) @ V.T
     if notes:
-        msg = (f"{label}: only semidefinite, nudged to strictly consistent (a log-Cholesky factor needs a "
-               "positive-definite pseudo-inertia): " + "; ".join(notes))
+        what = ("physically inconsistent, repaired (clipped into the consistent set)" if inconsistent and repair
+                else "only semidefinite, nudged to strictly consistent")
+        msg = f"{label}: {what} (a log-Cholesky factor needs a positive-definite pseudo-inertia): " + "; ".join(notes)
         warnings.warn(msg, PriorNudgedWarning, stacklevel=4)
     inertia_c = np.trace(sigma_c) * np.eye(3) - sigma_c
     return m, c, inertia_c
@@ -525,6 +527,7 @@ def fit_consistent(
     memory_size: int = 20,
     restart_every: int = 100,
     verbose: bool = False,
+    repair: bool = False,
 ) -> ConsistentFit:
     """Fit ``arm``'s link, drive (and sigmoid friction) parameters to measured joint torques.
 
@@ -549,6 +552,10 @@ def fit_consistent(
     parameter of ``arm`` (links only).
     ``com_bounds``: :class:`ComBox` or :class:`ComSphere`, imposed by construction (the starting
     COMs must lie strictly inside).
+    ``repair``: a physically inconsistent ``arm`` or ``prior`` (a published model can be, e.g. the
+    literature Puma 560) is a ValueError naming the link; with ``repair=True`` its links are first
+    clipped into the consistent set (:func:`parameters_to_log_cholesky`), with a
+    :class:`PriorNudgedWarning` per link saying what changed.
     Optimizer: optax L-BFGS (``memory_size``) with a zoom line search, at most ``max_steps``
     iterations, on variables whitened by the objective's Hessian (eigenvalues made positive and
     floored) at the start of each segment of ``restart_every`` iterations; converged when the
@@ -596,8 +603,9 @@ def fit_consistent(
 
     pi_arm = np.asarray(standard_parameters(arm), dtype=np.float64)
     pi_prior = np.asarray(standard_parameters(prior), dtype=np.float64)
-    theta0 = parameters_to_log_cholesky(pi_arm[: 10 * n].reshape(n, 10), label="arm: link")
-    theta_prior = theta0 if prior is arm else parameters_to_log_cholesky(pi_prior[: 10 * n].reshape(n, 10), label="prior: link")
+    theta0 = parameters_to_log_cholesky(pi_arm[: 10 * n].reshape(n, 10), repair=repair, label="arm: link")
+    theta_prior = theta0 if prior is arm else parameters_to_log_cholesky(pi_prior[: 10 * n].reshape(n, 10), repair=repair,
+                                                                         label="prior: link")
     com_free = _free_from_com(theta0[:, 7:], bounds)  # checks that the starting COMs are inside the bounds
     drives0 = pi_arm[10 * n:].reshape(n, 4)
     drives_prior = pi_prior[10 * n:].reshape(n, 4)
