@@ -303,3 +303,35 @@ def test_total_cost_is_differentiable_with_respect_to_params():
     fd = np.array([(cost(goal.at[i].add(h)) - cost(goal.at[i].add(-h))) / (2 * h) for i in range(3)])
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8)
     assert np.linalg.norm(grad) > 1.0
+
+
+@pytest.mark.parametrize("method,input", [("rk3", "torque"), ("rk4", "voltage"), ("euler", "torque")])
+def test_step_jacobians_equal_forward_mode_through_the_step(method, input):
+    """The solvers' A_k, B_k (stages in a loop, accelerations' Jacobians from inverse dynamics and
+    M^-1) against jax.jacfwd of the very step the rollout takes, on an arm with a prismatic joint,
+    drives, smooth Coulomb friction and (for voltage input) the motor model."""
+    import importlib
+
+    from tests.helpers import random_arm
+
+    ocp_module = importlib.import_module("jaxarm.control.trajopt.ocp")
+    arm = random_arm(5, "RRPR", drives=True, payload=True)
+    drives = dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05))
+    arm = arm.replace(drives=drives)
+    if input == "voltage":
+        if not np.all(np.asarray(arm.drives.torque_constant) > 0):
+            pytest.skip("random arm without a motor model")
+    rng = np.random.default_rng(0)
+    n, T, dt = arm.n, 4, 0.01
+    xs = jnp.asarray(rng.uniform(-1, 1, (T, 2 * n)))
+    us = jnp.asarray(rng.uniform(-3, 3, (T, n)))
+    y, A, B = jax.jit(ocp_module._step_jacobians, static_argnums=(3, 4, 5))(arm, xs, us, dt, method, input)
+
+    def step(x, u):
+        return ocp_module._step(arm, x, u, dt, method, input)
+
+    y_ref, (A_ref, B_ref) = jax.jit(jax.vmap(lambda x, u: (step(x, u), jax.jacfwd(step, (0, 1))(x, u))))(xs, us)
+    assert_close(y, y_ref, rtol=1e-13, atol=1e-13)
+    assert_close(A, A_ref, rtol=1e-9, atol=1e-11)
+    assert_close(B, B_ref, rtol=1e-9, atol=1e-11)
+    assert np.abs(np.asarray(A) - np.eye(2 * n)).max() > 1e-3 and np.abs(np.asarray(B)).max() > 1e-6  # not trivial

@@ -28,6 +28,13 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     """Forward dynamics in components: the joint frames once, bias torques by the Newton-Euler
     kernel (qdd = 0), M by the composite-body kernel, and the unrolled Cholesky solve on scalars,
     so the whole of it is scalar arithmetic (one fused loop per state batch on XLA:CPU)."""
+    return _forward_dynamics_factored(arm, q, qd, tau, f_ext)[0]
+
+
+def _forward_dynamics_factored(arm, q, qd, tau, f_ext=None):
+    """:func:`_forward_dynamics` and the lower Cholesky factor L (n, n) of M(q) (rotor inertia
+    included) it solved with, for products with M^-1 (the derivatives of forward dynamics,
+    Carpentier & Mansard 2018). Where L is not used it costs nothing (dead code)."""
     bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, tau)
     frames = joint_frames(bodies, arm.is_revolute, q)
@@ -39,4 +46,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     n = arm.n
     M = [[M[i][j] + rotor[i] if i == j else M[i][j] for j in range(n)] for i in range(n)]
     rhs = [tau[i] - bias[i] - friction[i] for i in range(n)]
-    return vector(linalg.cholesky_solve_scalars(M, rhs), dtype)
+    L, inv_diag = linalg.cholesky_factor_scalars(M)
+    qdd = vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, rhs), dtype)
+    factor = jnp.stack([vector([L[i][j] if j <= i else 0.0 for j in range(n)], dtype) for i in range(n)])
+    return qdd, factor

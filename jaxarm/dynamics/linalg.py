@@ -24,7 +24,13 @@ def cholesky_solve_scalars(M, b):
     """:func:`cholesky_solve` on scalars: M a list of n rows of n scalars (only the lower
     triangle is read), b a list of n scalars; returns x as a list of n scalars. With every entry a
     separate scalar the factorization fuses with the component-wise dynamics kernels."""
-    n = len(b)
+    return cholesky_solve_factored_scalars(*cholesky_factor_scalars(M), b)
+
+
+def cholesky_factor_scalars(M):
+    """The lower Cholesky factor of M (a list of n rows of n scalars, lower triangle read) as
+    scalars: L (n rows, None above the diagonal) and the reciprocals of its diagonal."""
+    n = len(M)
     L = [[None] * n for _ in range(n)]
     inv_diag = [None] * n
     for j in range(n):
@@ -39,6 +45,12 @@ def cholesky_solve_scalars(M, b):
             for k in range(j):
                 s = s - L[i][k] * L[j][k]
             L[i][j] = s * inv_diag[j]
+    return L, inv_diag
+
+
+def cholesky_solve_factored_scalars(L, inv_diag, b):
+    """Solve L L^T x = b on scalars (the output of :func:`cholesky_factor_scalars`)."""
+    n = len(b)
     y = [None] * n
     for i in range(n):  # L y = b
         s = b[i]
