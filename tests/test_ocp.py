@@ -19,6 +19,7 @@ import pytest
 
 import jaxarm
 from jaxarm import trajopt
+from jaxarm.simulate import integrators
 from jaxarm.trajopt import terms
 
 from numpy.testing import assert_allclose as assert_close
@@ -305,7 +306,8 @@ def test_total_cost_is_differentiable_with_respect_to_params():
     assert np.linalg.norm(grad) > 1.0
 
 
-@pytest.mark.parametrize("method,input", [("rk3", "torque"), ("rk4", "voltage"), ("euler", "torque")])
+@pytest.mark.parametrize("method,input", [("rk3", "torque"), ("rk4", "voltage"), ("euler", "torque"),
+                                          ("semi_implicit_euler", "voltage"), (integrators.rk3, "torque")])
 def test_step_jacobians_equal_forward_mode_through_the_step(method, input):
     """The solvers' A_k, B_k (stages in a loop, accelerations' Jacobians from inverse dynamics and
     M^-1) against jax.jacfwd of the very step the rollout takes, on an arm with a prismatic joint,
@@ -325,7 +327,7 @@ def test_step_jacobians_equal_forward_mode_through_the_step(method, input):
     n, T, dt = arm.n, 4, 0.01
     xs = jnp.asarray(rng.uniform(-1, 1, (T, 2 * n)))
     us = jnp.asarray(rng.uniform(-3, 3, (T, n)))
-    y, A, B = jax.jit(ocp_module._step_jacobians, static_argnums=(3, 4, 5))(arm, xs, us, dt, method, input)
+    y, A, B = jax.jit(ocp_module._step_jacobians, static_argnums=(4, 5))(arm, xs, us, dt, method, input)
 
     def step(x, u):
         return ocp_module._step(arm, x, u, dt, method, input)
@@ -335,3 +337,19 @@ def test_step_jacobians_equal_forward_mode_through_the_step(method, input):
     assert_close(A, A_ref, rtol=1e-9, atol=1e-11)
     assert_close(B, B_ref, rtol=1e-9, atol=1e-11)
     assert np.abs(np.asarray(A) - np.eye(2 * n)).max() > 1e-3 and np.abs(np.asarray(B)).max() > 1e-6  # not trivial
+
+
+def test_crocoddyl_comparison_skips_cleanly_without_its_environment(tmp_path, capsys):
+    """experiments/trajopt_crocoddyl.py runs Crocoddyl in its own environment; without one it says
+    so in one JSON line and exits 0 (no traceback, nothing solved)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "trajopt_crocoddyl.py"
+    spec = importlib.util.spec_from_file_location("trajopt_crocoddyl", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--crocoddyl-python", str(tmp_path / "missing" / "python")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "machine" in lines[0] and lines[-1]["quantity"] == "skipped" and "--setup" in lines[-1]["reason"]

@@ -98,6 +98,25 @@ def _step(arm, x, u, dt, method, input):
 
 
 _TABLEAUS = {"rk3": integrators.KUTTA3, "rk4": integrators.CLASSICAL_RK4}
+_EULER = ("euler", "semi_implicit_euler")
+
+
+def _accel_factored(arm, x, u, input):
+    """qdd (n,) at x = (q, qd) under input u, and the Cholesky factor of M(q) it was solved with."""
+    n = arm.n
+    return _forward_dynamics_factored(arm, x[:n], x[n:], _joint_torque(arm, u, x[n:], input, False))
+
+
+def _accel_jacobian(arm, x, u, qdd, L, input):
+    """d qdd / d(q, qd, u) (n, 3n) at x = (q, qd), u, given qdd there and the Cholesky factor L of
+    M(q): from ID(q, qd, FD(q, qd, tau)) = tau (Carpentier & Mansard 2018, Sec. III-B),
+    d qdd/dq = -M^-1 dID/dq, d qdd/dqd = M^-1 (dtau/dqd - dID/dqd), d qdd/du = M^-1 dtau/du, with
+    dID/d(q, qd) at fixed qdd by one forward-mode pass through Newton-Euler."""
+    n = arm.n
+    q, qd = x[:n], x[n:]
+    dID = jax.jacfwd(lambda q, qd: _inverse_dynamics(arm, q, qd, qdd), argnums=(0, 1))(q, qd)
+    dtau = jax.jacfwd(lambda qd, u: _joint_torque(arm, u, qd, input, False), argnums=(0, 1))(qd, u)
+    return linalg.cholesky_solve_factored(L, jnp.concatenate([-dID[0], dtau[0] - dID[1], dtau[1]], axis=1))
 
 
 def _step_jacobians(arm, xs, us, dt, method, input):
@@ -117,9 +136,26 @@ def _step_jacobians(arm, xs, us, dt, method, input):
     with dID/d(q, qd) at the stage's acceleration by one forward-mode pass through Newton-Euler
     (no mass matrix or Cholesky factor in the differentiated program) and M^-1 applied with the
     Cholesky factor the stage's forward dynamics already computed. The same numbers as ``jax.jacfwd`` of the step up to rounding; the
-    DDP program on the Puma 560 is about half the size. Other methods: ``jax.jacfwd`` of the step."""
+    DDP program on the Puma 560 is about half the size. The Euler methods by name take the same
+    accelerations' Jacobians at the knot; any other method: ``jax.jacfwd`` of the step."""
     n = arm.n
     T = xs.shape[0]
+    if isinstance(method, str) and method in _EULER:
+        # one evaluation per knot: a = qdd(x, u); semi-implicit: qd+ = qd + a dt, q+ = q + qd+ dt;
+        # explicit (Craig 6.117): qd+ = qd + a dt, q+ = q + qd dt + a dt^2 / 2
+        a, L = jax.vmap(lambda x, u: _accel_factored(arm, x, u, input))(xs, us)
+        Ja = jax.vmap(lambda x, u, a, L: _accel_jacobian(arm, x, u, a, L, input))(xs, us, a, L)  # (T, n, 3n)
+        q, qd = xs[:, :n], xs[:, n:]
+        c = dt * dt if method == "semi_implicit_euler" else 0.5 * dt * dt
+        qd_next = qd + dt * a
+        q_next = q + dt * qd_next if method == "semi_implicit_euler" else q + dt * qd + c * a
+        eye = jnp.eye(n, dtype=xs.dtype)
+        top = jnp.concatenate([jnp.broadcast_to(eye, (T, n, n)), jnp.broadcast_to(dt * eye, (T, n, n)),
+                               jnp.zeros((T, n, n), xs.dtype)], axis=2) + c * Ja
+        bottom = jnp.concatenate([jnp.zeros((T, n, n), xs.dtype), jnp.broadcast_to(eye, (T, n, n)),
+                                  jnp.zeros((T, n, n), xs.dtype)], axis=2) + dt * Ja
+        J = jnp.concatenate([top, bottom], axis=1)  # (T, 2n, 3n)
+        return jnp.concatenate([q_next, qd_next], axis=1), J[:, :, : 2 * n], J[:, :, 2 * n:]
     if not (isinstance(method, str) and method in _TABLEAUS):
         def one(x, u):
             def f(xu):
@@ -132,16 +168,13 @@ def _step_jacobians(arm, xs, us, dt, method, input):
     stages = len(b)
     dtype = xs.dtype
 
-    def accel(x, u):  # qdd and the Cholesky factor of M it was solved with
-        return _forward_dynamics_factored(arm, x[:n], x[n:], _joint_torque(arm, u, x[n:], input, False))
-
     A_dt = jnp.asarray(dt * A, dtype)
 
     def stage(carry, i):  # stage i, batched over the T knots: X_i from the K_j found so far (j < i)
         P, acc, L = carry  # (s, T, 2n) stage points, (s, T, n) their accelerations (zeros until found), factors
         K = jnp.concatenate([P[:, :, n:], acc], axis=2)  # K_j = f(X_j) = (qd_j, qdd_j)
         X = xs + jnp.einsum("j,jtk->tk", A_dt[i], K)
-        a, Li = jax.vmap(accel)(X, us)
+        a, Li = jax.vmap(lambda x, u: _accel_factored(arm, x, u, input))(X, us)
         return (P.at[i].set(X), acc.at[i].set(a), L.at[i].set(Li)), None
 
     init = (jnp.zeros((stages, T, 2 * n), dtype), jnp.zeros((stages, T, n), dtype), jnp.zeros((stages, T, n, n), dtype))
@@ -149,14 +182,8 @@ def _step_jacobians(arm, xs, us, dt, method, input):
     K = jnp.concatenate([P[:, :, n:], acc], axis=2)
     y = xs + dt * jnp.einsum("j,jtk->tk", jnp.asarray(b, dtype), K)
 
-    def accel_jac(x, u, qdd, L):  # d qdd / d(q, qd, u) (n, 3n) at a stage point
-        q, qd = x[:n], x[n:]
-        dID = jax.jacfwd(lambda q, qd: _inverse_dynamics(arm, q, qd, qdd), argnums=(0, 1))(q, qd)
-        dtau = jax.jacfwd(lambda qd, u: _joint_torque(arm, u, qd, input, False), argnums=(0, 1))(qd, u)
-        return linalg.cholesky_solve_factored(L, jnp.concatenate([-dID[0], dtau[0] - dID[1], dtau[1]], axis=1))
-
     U = jnp.broadcast_to(us, (stages, T, n)).reshape(stages * T, n)
-    Ja = jax.vmap(accel_jac)(P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n),
+    Ja = jax.vmap(lambda x, u, a, L: _accel_jacobian(arm, x, u, a, L, input))(P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n),
                              L.reshape(stages * T, n, n)).reshape(stages, T, n, 3 * n)
     top = jnp.concatenate([jnp.zeros((n, n)), jnp.eye(n), jnp.zeros((n, n))], axis=1).astype(dtype)
     J = jnp.concatenate([jnp.broadcast_to(top, (stages, T, n, 3 * n)), Ja], axis=2)
