@@ -2,7 +2,8 @@
 
     python experiments/trajopt_crocoddyl.py [--setup] [--arms ur5,panda] [--batches 1,8,64] [--quick]
 
-The arms are example-robot-data's URDFs (the UR5, and the Panda with its fingers locked), read by
+The arms are example-robot-data's URDFs (the UR5; the Panda up to its hand, the fingers locked at
+zero: Pinocchio's reduced model and jaxarm's URDF reader both lump them into the last link), read by
 both libraries: jaxarm by ``jaxarm.load_arm(urdf, base_link=..., tip_link=...)``, Crocoddyl by
 Pinocchio. The problem (experiments/crocoddyl_reach.py states it in Crocoddyl's terms): from rest
 at q0, reach a point offset from the start in 1 s, T = 100 knots of dt = 10 ms, semi-implicit Euler
@@ -14,7 +15,7 @@ the posture and joint-speed terms along the path being the state regularization 
 examples carry (without them the tool position leaves directions free, e.g. the UR5's last joint,
 and both solvers crawl along a flat valley and stop at different points of it),
 
-inputs boxed by the URDF's effort limits, no joint limits, both solvers starting from x0 at every
+inputs boxed by the URDF's effort limits, no joint limits, no joint damping (Pinocchio's ABA has none), both solvers starting from x0 at every
 knot and the gravity torques (Crocoddyl's quasi-static default).
 
 Crocoddyl runs in its own virtual environment (crocoddyl 3.1.0 needs pin 3.8; crocoddyl 3.2 with
@@ -36,6 +37,7 @@ Then (JSON line per figure): iterations, warm solve time (median of 3), jaxarm's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -63,7 +65,7 @@ ARMS = {
     # urdf (under example-robot-data's robots/), base link, tip link, q0, joints Crocoddyl locks, reach offset (m)
     "ur5": ("ur_description/urdf/ur5_robot.urdf", "base_link", "tool0", [0.0, -1.0, 1.5, -0.5, 1.57, 0.0], [],
             [0.0, 0.35, 0.3]),
-    "panda": ("panda_description/urdf/panda.urdf", "panda_link0", "panda_link8",
+    "panda": ("panda_description/urdf/panda.urdf", "panda_link0", "panda_hand",
               [0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785], ["panda_finger_joint1", "panda_finger_joint2"],
               [0.0, 0.35, 0.3]),
 }
@@ -112,6 +114,9 @@ def run_arm(name, robots, python, batches, repeats):
     rel, base, tip, q0, locked, offset = ARMS[name]
     urdf = robots / rel
     arm = jaxarm.load_arm(str(urdf), base_link=base, tip_link=tip)
+    # the URDF's joint damping: jaxarm reads it as viscous friction, Crocoddyl's free forward
+    # dynamics (Pinocchio's ABA) leaves it out; compare the same rigid-body model
+    arm = arm.replace(drives=dataclasses.replace(arm.drives, viscous_friction=np.zeros(arm.n)))
     q0 = np.asarray(q0)
     lim = np.asarray(arm.limits.torque)
     p0 = np.asarray(jaxarm.tool_pose(arm, q0)[:3, 3])

@@ -1,6 +1,6 @@
 """Optimal-control problems written as terms, solved by box-FDDP (jaxarm.trajopt.ddp).
 
-    python experiments/trajopt_ddp.py [--plot trajopt_ddp.png] [--cases puma_reach,panda_obstacle,panda_via,batch]
+    python experiments/trajopt_ddp.py [--plot trajopt_ddp.png] [--cases puma_reach,puma_sweep,panda_obstacle,panda_via,batch]
                                       [--plain-jit]
 
 Cases (one JSON line each, plus one per solver where two are compared):
@@ -18,6 +18,9 @@ Cases (one JSON line each, plus one per solver where two are compared):
 - ``panda_via``: pick-and-place with the Panda: through two via points (lift at 0.3 s, carry
   at 0.7 s) to the place pose at 1.0 s, the gripper axis kept pointing down along the whole path
   (``terms.tool_axis``), ending at rest.
+- ``puma_sweep``: minimum-time-like: the same Puma reach with T = 100 knots over durations 0.3-1.5 s,
+  all in one ``jax.vmap`` over the problem's dt: effort, final error and peak torque against
+  duration (short reaches saturate the torque box and miss the goal).
 - ``batch``: the Panda reach to 16 different goals in one ``jax.vmap``-ed call against 16 calls
   of the same compiled solver one after the other.
 
@@ -105,6 +108,31 @@ def puma_reach(args, out):
     out["puma_reach"] = (arm, res, goal)
 
 
+def puma_sweep(args, out):
+    """Effort against duration: the Puma reach of ``puma_reach`` with T = 100 knots and the duration
+    swept, all durations in one ``jax.vmap`` over the problem's dt (the path costs rescale with it)."""
+    sys.path.insert(0, "experiments")
+    from trajopt_puma import puma
+
+    arm = puma(2.0, 0.2)
+    q0 = jnp.array([0.0, 0.785, -3.14, 0.0, 0.785, 0.0])
+    goal = jaxarm.tool_pose(arm, q0)[:3, 3] + jnp.array([0.0, 0.3, 0.4])
+    lim = np.asarray(arm.limits.torque)
+    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
+    problem = trajopt.ocp(arm, q0, 100, 0.01, costs=costs, params={"goal": goal})
+    durations = np.linspace(0.3, 1.5, 13)
+    solve = jaxarm.jit(jax.vmap(lambda dt: trajopt.ddp(problem.replace(dt=dt))))
+    res, first, warm = timed(solve, jnp.asarray(durations / 100), repeats=1)
+    effort = np.sum((np.asarray(res.u) / lim) ** 2, axis=(1, 2)) * durations / 100
+    error = [float(np.linalg.norm(tool_path(arm, res.q[i, -1:])[0] - np.asarray(goal))) for i in range(len(durations))]
+    peak = np.max(np.abs(np.asarray(res.u)) / lim, axis=(1, 2))
+    emit(case="puma_sweep", solver="ddp", durations_s=durations.round(3).tolist(), effort=effort.round(5).tolist(),
+         position_error_m=[float(f"{e:.3g}") for e in error], peak_torque_fraction=peak.round(3).tolist(),
+         iterations=np.asarray(res.iterations).tolist(), converged=int(np.sum(np.asarray(res.converged))),
+         first_call_s=round(first, 2), solve_s=round(warm, 3))
+    out["puma_sweep"] = (durations, effort, np.asarray(error), peak)
+
+
 def panda():
     arm = jaxarm.load_arm("panda")
     lim = np.asarray(arm.limits.torque)
@@ -133,7 +161,8 @@ def panda_obstacle(args, out):
     keep_out = (terms.keep_out_sphere(center, radius, margin=margin)
                 + terms.keep_out_sphere(center, radius, link=5, margin=margin))
     problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs, params={"goal": goal}, constraints=keep_out)
-    res, first, solve = timed(jaxarm.jit(lambda u: trajopt.ddp(problem, u)), free.u)
+    # warm start from the unconstrained solution: its inputs and states (as Crocoddyl takes xs, us)
+    res, first, solve = timed(jaxarm.jit(lambda u, x: trajopt.ddp(problem, u, x)), free.u, free.x)
     path_c = tool_path(arm, res.q)
     emit(case="panda_obstacle", solver="ddp", first_call_s=round(first, 2), solve_s=round(solve, 3),
          unconstrained_min_clearance_m=float(np.min(np.linalg.norm(path - center, axis=1)) - radius),
@@ -205,10 +234,23 @@ def plot(path, out):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = plt.figure(figsize=(12, 4.5))
+    fig = plt.figure(figsize=(18, 4.5))
+    if "puma_sweep" in out:
+        durations, effort, error, peak = out["puma_sweep"]
+        ax = fig.add_subplot(1, 3, 3)
+        ax.semilogy(durations, effort, "o-", label="effort  sum (u / u_max)^2 dt")
+        ax.semilogy(durations, error, "s--", label="final tool error (m)")
+        ax.set_xlabel("duration of the reach (s)")
+        ax2 = ax.twinx()
+        ax2.plot(durations, peak, "^:", color="k", label="peak |u| / u_max")
+        ax2.set_ylabel("peak torque / limit")
+        ax.set_title("Puma reach: effort against duration (one vmap over dt)")
+        lines = ax.get_legend_handles_labels()
+        more = ax2.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8)
     if "panda_obstacle" in out:
         arm, free, res, center, radius, goal = out["panda_obstacle"]
-        ax = fig.add_subplot(1, 2, 1, projection="3d")
+        ax = fig.add_subplot(1, 3, 1, projection="3d")
         for r, style, label in ((free, "--", "without the obstacle"), (res, "-", "keep-out constraint")):
             p = tool_path(arm, r.q)
             ax.plot(p[:, 0], p[:, 1], p[:, 2], style, label=label)
@@ -221,7 +263,7 @@ def plot(path, out):
         ax.legend(fontsize=8)
     if "panda_via" in out:
         arm, res, pts = out["panda_via"]
-        ax = fig.add_subplot(1, 2, 2, projection="3d")
+        ax = fig.add_subplot(1, 3, 2, projection="3d")
         p = tool_path(arm, res.q)
         ax.plot(p[:, 0], p[:, 1], p[:, 2], label="tool path")
         for pt, name in zip(pts, ("lift (0.3 s)", "carry (0.7 s)", "place (1.0 s)")):
@@ -233,7 +275,8 @@ def plot(path, out):
     fig.savefig(path, dpi=110)
 
 
-CASES = {"puma_reach": puma_reach, "panda_obstacle": panda_obstacle, "panda_via": panda_via, "batch": batch}
+CASES = {"puma_reach": puma_reach, "puma_sweep": puma_sweep, "panda_obstacle": panda_obstacle, "panda_via": panda_via,
+         "batch": batch}
 
 
 def main(argv=None):

@@ -210,8 +210,25 @@ def test_terms_compose_by_addition_and_via_points_land_on_knots():
     problem = trajopt.ocp(two_link(), Q0, T, DT, costs=total)
     via = problem.costs[3].schedule
     assert np.flatnonzero(np.asarray(via)).tolist() == [10]
-    path = problem.costs[0].schedule
-    assert np.allclose(np.asarray(path)[:T], DT) and float(path[T]) == 0.0
+    path = problem.costs[0]
+    assert path.integrated and not problem.costs[3].integrated
+    assert np.allclose(np.asarray(path.schedule)[:T], 1.0) and float(path.schedule[T]) == 0.0  # times dt when evaluated
+
+
+def test_a_new_dt_rescales_the_path_costs_with_the_dynamics():
+    """problem.replace(dt=...) (or a vmap over dt: a duration sweep with a fixed knot count) is the
+    problem built with that dt: the same total cost for the same trajectory."""
+    arm = two_link()
+    costs = terms.effort(0.3) + terms.tool_position(jnp.array([0.5, 0.5, 0.0]), 10.0) + terms.joint_velocity(0.5, when="path")
+    short = trajopt.ocp(arm, Q0, T, DT, costs=costs)
+    longer = trajopt.ocp(arm, Q0, T, 2 * DT, costs=costs)
+    rng = np.random.default_rng(1)
+    x, u = jnp.asarray(rng.normal(size=(T + 1, 4))), jnp.asarray(rng.normal(size=(T, 2)))
+    moved = short.replace(dt=jnp.asarray(2 * DT))
+    assert float(trajopt.total_cost(moved, x, u)) == pytest.approx(float(trajopt.total_cost(longer, x, u)), rel=1e-14)
+    assert float(trajopt.total_cost(moved, x, u)) != pytest.approx(float(trajopt.total_cost(short, x, u)), rel=1e-3)
+    sweep = jax.vmap(lambda dt: trajopt.total_cost(short.replace(dt=dt), x, u))(jnp.asarray([DT, 2 * DT]))
+    assert_close(sweep, [trajopt.total_cost(short, x, u), trajopt.total_cost(longer, x, u)], rtol=1e-14)
 
 
 # --------------------------------------------------------------------------- receding horizon

@@ -65,7 +65,9 @@ class OCP:
         return self.arm.n
 
     def replace(self, **changes) -> "OCP":
-        """A copy with some fields replaced (e.g. ``params``, ``x0``); checked again."""
+        """A copy with some fields replaced (e.g. ``params``, ``x0``, ``dt``); checked again. A new
+        ``dt`` rescales the path costs with the dynamics; via points stay at their knots (at times
+        k dt of the new step)."""
         new = dataclasses.replace(self, **changes)
         _check_shapes(new, "OCP.replace")
         return new
@@ -307,8 +309,9 @@ def ocp(
         con_terms.insert(0, _terms.joint_limits())
 
     def scheduled(t, s=None):
+        integrated = s is None and t.when == "path" and t.kind in ("residual", "scalar")
         s = _terms.schedule(t, T, dt_f, func) if s is None else s
-        return dataclasses.replace(t, schedule=jnp.asarray(s, dtype=x0.dtype))
+        return dataclasses.replace(t, schedule=jnp.asarray(s, dtype=x0.dtype), integrated=integrated)
 
     cost_terms = [scheduled(t) for t in cost_terms]
     if user_running is not None:  # summed as written, no dt

@@ -66,6 +66,7 @@ class Term:
     data: dict
     refs: tuple = ()
     schedule: object = None
+    integrated: bool = False  # a path cost: its schedule is multiplied by the problem's dt when evaluated
 
     def __add__(self, other):
         return Terms((self,)) + other
@@ -84,7 +85,7 @@ class Term:
 
 
 jax.tree_util.register_dataclass(Term, data_fields=["data", "schedule"],
-                                 meta_fields=["name", "kind", "fn", "when", "uses_input", "refs"])
+                                 meta_fields=["name", "kind", "fn", "when", "uses_input", "refs", "integrated"])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -170,11 +171,11 @@ def _is_times(when):
 
 
 def schedule(term: Term, T: int, dt: float, where: str) -> np.ndarray:
-    """The (T+1,) per-knot factor of ``term`` for a horizon of T steps of dt."""
+    """The (T+1,) per-knot factor of ``term`` for a horizon of T steps of dt (path costs: 1 at
+    k < T, the time step being applied when the cost is evaluated, see :func:`factor`)."""
     s = np.zeros(T + 1)
-    cost = term.kind in ("residual", "scalar")
     if term.when == "path":
-        s[:T] = dt if cost else 1.0
+        s[:T] = 1.0
     elif term.when == "end":
         s[T] = 1.0
     elif term.when == "all":
@@ -186,11 +187,18 @@ def schedule(term: Term, T: int, dt: float, where: str) -> np.ndarray:
                 raise ValueError(f"{where}: term {term.name!r}: when: time {t} s is not a knot of the horizon "
                                  f"(multiples of dt = {dt} s from 0 to {T * dt:g} s)")
             s[int(round(k))] = 1.0
-    if not cost and not term.uses_input:
+    if term.kind not in ("residual", "scalar") and not term.uses_input:
         s[0] = 0.0  # the start state is given
     if term.uses_input:
         s[T] = 0.0  # no input at the final knot
     return s
+
+
+def factor(term: Term, k, dt):
+    """The weight of ``term`` at knot k: its schedule, times dt for a path cost (a time integral by
+    the rectangle rule, with the problem's dt of the moment: ``problem.replace(dt=...)`` and a
+    ``jax.vmap`` over dt keep dynamics and cost consistent)."""
+    return term.schedule[k] * dt if term.integrated else term.schedule[k]
 
 
 # --------------------------------------------------------------------------- kinematics of a knot

@@ -37,6 +37,7 @@ import numpy as np
 
 from ....dynamics import linalg
 from ....simulate.batch import _strong
+from .. import terms as _terms
 from ..ocp import OCP, _finite, _step, _step_jacobians, solver_arm
 
 # Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
@@ -143,7 +144,7 @@ def _residuals(problem, arm, xu, k):
         d = t.values(problem.params)
         r = t.fn(arm, x, u, k, d, problem.params)
         rs.append(r)
-        ws.append(jnp.broadcast_to(d["weight"] * t.schedule[k], r.shape))
+        ws.append(jnp.broadcast_to(d["weight"] * _terms.factor(t, k, problem.dt), r.shape))
     if not rs:
         return jnp.zeros(0, xu.dtype), jnp.zeros(0, xu.dtype)
     return jnp.concatenate(rs), jnp.concatenate(ws)
@@ -155,7 +156,7 @@ def _scalars(problem, arm, xu, k):
     total = jnp.zeros((), xu.dtype)
     for t in problem.costs:
         if t.kind == "scalar":
-            total = total + t.schedule[k] * t.fn(arm, x, u, k, t.values(problem.params), problem.params)
+            total = total + _terms.factor(t, k, problem.dt) * t.fn(arm, x, u, k, t.values(problem.params), problem.params)
     return total
 
 
