@@ -26,8 +26,8 @@ Cases (one JSON line each, plus one per solver where two are compared):
 
 Timings: ``first_call_s`` is trace + compile + solve of a fresh function (what a user waits for
 the first time), ``solve_s`` the median of 3 further calls; compiled with ``jaxarm.jit`` (jaxarm's
-XLA:CPU options). ``--plain-jit`` adds the same Puma solve under a plain ``jax.jit``: on
-XLA:CPU with its default fusion emitters each iteration is far slower (see the README).
+XLA:CPU options). ``--plain-jit`` adds the same Puma solve under a plain ``jax.jit`` (within
+about 15 % of it since the solver takes the dynamics' Jacobians from inverse dynamics).
 """
 
 from __future__ import annotations
