@@ -364,3 +364,42 @@ def test_plot_refuses_pickles_without_numpy_advice(tmp_path, capsys):
     assert main(["plot", str(bad), "--out", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err
     assert "never unpickles" in err and "allow_pickle" not in err
+
+
+def test_arm_drawing_follows_the_kinematics():
+    """The stick figure passes through every joint frame's origin and ends at the tool; each DH
+    row's offset is its own segment (along z_{i-1} by d_i, standard; along x_{i-1} by a_{i-1},
+    modified)."""
+    pytest.importorskip("matplotlib")
+    from jaxarm.cli.drawing import skeleton
+
+    for name, q in (("puma560", [0.3, 0.8, -0.8, 0.2, 0.5, -0.4]), ("panda", [0.1, -0.7, 0.2, -2.3, 0.1, 1.5, 0.7])):
+        arm = load_arm(name)
+        points, joints, base, tool = skeleton(arm, np.asarray(q))
+        frames, tool_ref = (np.asarray(x) for x in jaxarm.forward_kinematics(arm, np.asarray(q)))
+        np.testing.assert_allclose(points[-1], tool_ref[:3, 3], atol=1e-12)
+        np.testing.assert_allclose(joints, frames[1:, :3, 3], atol=1e-12)
+        np.testing.assert_allclose(points[2::2][: arm.n], frames[1:, :3, 3], atol=1e-12)
+        for i in range(arm.n):
+            step = points[2 * i + 1] - points[2 * i]
+            if arm.convention == "standard":
+                np.testing.assert_allclose(step, float(arm.kinematics.d[i]) * frames[i][:3, 2], atol=1e-12)
+            else:
+                np.testing.assert_allclose(step, float(arm.kinematics.a[i]) * frames[i][:3, 0], atol=1e-12)
+
+
+def test_simulate_animates_the_arm_into_a_gif(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    gif = tmp_path / "run.gif"
+    argv = ["simulate", "two_link_planar", "--duration", "0.1", "--dt", "0.01", "--out", str(tmp_path / "run.npz")]
+    assert main(argv + ["--animate", str(tmp_path / "run.png")]) == 2
+    assert "expected a .gif" in capsys.readouterr().err and os.listdir(tmp_path) == []
+    assert main(argv + ["--animate", str(gif)]) == 0
+    with Image.open(gif) as image:
+        assert image.format == "GIF" and image.n_frames == 11 and image.size[0] > 300
+        first = np.asarray(image.convert("RGB"))
+        image.seek(10)
+        last = np.asarray(image.convert("RGB"))
+    assert np.abs(first.astype(int) - last.astype(int)).sum() > 0  # the arm moved

@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE.npz", help="results file")
     p.add_argument("--csv", metavar="FILE.csv", help="also write t, q, qd, tau as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="also plot q, qd, tau against time (needs matplotlib)")
+    p.add_argument("--animate", metavar="FILE.gif", help="also draw the arm moving, as an animated GIF (needs matplotlib; "
+                   "with --batch, the first rollout)")
     strict(p)
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_simulate)

@@ -280,7 +280,10 @@ def _cmd_simulate(args) -> int:
     elif args.target is None:
         raise CommandError("--target: required with --controller pd (one position per joint)")
 
-    outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.csv, "--csv"), (args.plot, "--plot")) if p]
+    outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.csv, "--csv"), (args.plot, "--plot"),
+                                                              (args.animate, "--animate")) if p]
+    if args.animate and os.path.splitext(args.animate)[1].lower() != ".gif":
+        raise CommandError(f"--animate: {args.animate}: expected a .gif file (an animated GIF)")
     seen = {}
     for path, option in outputs:
         _Outputs.check(path, option, args.force)
@@ -288,11 +291,12 @@ def _cmd_simulate(args) -> int:
         if key in seen:
             raise CommandError(f"{option}: {path} is also the {seen[key]} file")
         seen[key] = option
-    if args.plot:
-        try:
-            require_matplotlib()
-        except ImportError as exc:
-            raise CommandError(f"--plot: {exc}", EXIT_FAILURE) from None
+    for option, wanted in (("--plot", args.plot), ("--animate", args.animate)):
+        if wanted:
+            try:
+                require_matplotlib()
+            except ImportError as exc:
+                raise CommandError(f"{option}: {exc}", EXIT_FAILURE) from None
 
     arm = _load_arm(args.arm, strict=args.strict)
     n = arm.n
@@ -365,6 +369,16 @@ def _cmd_simulate(args) -> int:
 
             fmt = os.path.splitext(args.plot)[1].lstrip(".").lower() or "png"
             files.write(args.plot, lambda f: plot_trajectory(record, f, format=fmt))
+        if args.animate:
+            from .drawing import animate_arm
+
+            q_first = result["q"][0] if batch else result["q"]
+            target = None
+            if controller is not None:
+                from ..dynamics.kinematics import tool_pose
+
+                target = np.asarray(tool_pose(arm, controller["target"]))[:3, 3]
+            files.write(args.animate, lambda f: animate_arm(arm, result["t"], q_first, f, target=target))
         files.commit()
     except OSError as exc:
         raise CommandError(f"cannot write the results: {_one_line(exc)}", EXIT_FAILURE) from None

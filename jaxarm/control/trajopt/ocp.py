@@ -137,9 +137,10 @@ def _step_jacobians(arm, xs, us, dt, method, input):
 
     with dID/d(q, qd) at the stage's acceleration by one forward-mode pass through Newton-Euler
     (no mass matrix or Cholesky factor in the differentiated program) and M^-1 applied with the
-    Cholesky factor the stage's forward dynamics already computed. The same numbers as ``jax.jacfwd`` of the step up to rounding; the
-    DDP program on the Puma 560 is about half the size. The Euler methods by name take the same
-    accelerations' Jacobians at the knot; any other method: ``jax.jacfwd`` of the step."""
+    Cholesky factor the stage's forward dynamics already computed. The same numbers as
+    ``jax.jacfwd`` of the step up to rounding; the DDP program on the Puma 560 is about half the
+    size. The Euler methods by name take the same accelerations' Jacobians at the knot; any other
+    method: ``jax.jacfwd`` of the step."""
     n = arm.n
     T = xs.shape[0]
     if isinstance(method, str) and method in _EULER:
@@ -185,8 +186,8 @@ def _step_jacobians(arm, xs, us, dt, method, input):
     y = xs + dt * jnp.einsum("j,jtk->tk", jnp.asarray(b, dtype), K)
 
     U = jnp.broadcast_to(us, (stages, T, n)).reshape(stages * T, n)
-    Ja = jax.vmap(lambda x, u, a, L: _accel_jacobian(arm, x, u, a, L, input))(P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n),
-                             L.reshape(stages * T, n, n)).reshape(stages, T, n, 3 * n)
+    Ja = jax.vmap(lambda x, u, a, L: _accel_jacobian(arm, x, u, a, L, input))(
+        P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), L.reshape(stages * T, n, n)).reshape(stages, T, n, 3 * n)
     top = jnp.concatenate([jnp.zeros((n, n)), jnp.eye(n), jnp.zeros((n, n))], axis=1).astype(dtype)
     J = jnp.concatenate([jnp.broadcast_to(top, (stages, T, n, 3 * n)), Ja], axis=2)
     eye = jnp.eye(2 * n, dtype=dtype)

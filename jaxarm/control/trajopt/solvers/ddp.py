@@ -304,7 +304,8 @@ def ddp(
     gaps close along the iterations (all of them in the first full step). Pass the rollout of
     u_init (``jaxarm.rollout``) for a feasible start. On the Puma reach of
     ``experiments/trajopt_ddp.py`` the default start needs 39 iterations against 44 from the
-    rollout, and it leaves the rollout's compiled copy of the dynamics out of the program. multipliers: (T+1, m) the constraints' multipliers to start from (a warm start,
+    rollout, and it leaves the rollout's compiled copy of the dynamics out of the program.
+    multipliers: (T+1, m) the constraints' multipliers to start from (a warm start,
     e.g. ``previous.multipliers``).
 
     Stops when the trajectory is feasible (gaps below ``tol_gap``), the constraints hold to

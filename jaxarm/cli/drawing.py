@@ -1,0 +1,129 @@
+"""Pictures of the arm itself: a 3-D stick drawing at a configuration and an animated GIF of a run.
+
+The links are drawn along the kinematic chain the arm file describes: for a DH arm the joint
+offset of each row is drawn as its own segment (along z_{i-1} by d_i in the standard convention,
+along x_{i-1} by a_{i-1} in the modified one), so the picture shows the DH table; for a URDF-style
+arm, straight segments between the joint frames. Joints are dots, the base and tool frames small
+red/green/blue triads; optional: the tool path and a target point. matplotlib only (``jaxarm[plot]``),
+drawn on its Agg canvas (no pyplot, no change to an interactive session's backend); GIF frames are
+assembled with Pillow, which matplotlib depends on.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+__all__ = ["skeleton", "draw_arm", "animate_arm"]
+
+
+def skeleton(arm, q):
+    """Points (m, 3) of the arm's stick figure at q (n,), base first, tool last, and the joint
+    origins (n, 3), in the world frame."""
+    from ..dynamics.kinematics import forward_kinematics
+
+    frames, tool = (np.asarray(x, dtype=float) for x in forward_kinematics(arm, np.asarray(q, dtype=float)))
+    points = [frames[0][:3, 3]]
+    kin = arm.kinematics
+    for i in range(arm.n):
+        prev = frames[i]
+        if hasattr(kin, "d"):  # DH: draw the row's offset as its own segment
+            if arm.convention == "standard":
+                s = float(kin.d[i]) + (float(q[i]) if arm.joint_types[i] == "prismatic" else 0.0)
+                points.append(prev[:3, 3] + s * prev[:3, 2])
+            else:
+                points.append(prev[:3, 3] + float(kin.a[i]) * prev[:3, 0])
+        points.append(frames[i + 1][:3, 3])
+    points.append(tool[:3, 3])
+    return np.asarray(points), frames[1:, :3, 3], frames[0], tool
+
+
+def _limits(points):
+    center = 0.5 * (points.max(axis=0) + points.min(axis=0))
+    half = 0.5 * float(np.max(points.max(axis=0) - points.min(axis=0))) + 0.05
+    return center - half, center + half
+
+
+def _triad(ax, T, size):
+    for axis, color in zip(range(3), ("r", "g", "b")):
+        end = T[:3, 3] + size * T[:3, axis]
+        ax.plot(*np.stack([T[:3, 3], end]).T, color=color, lw=1.2)
+
+
+def _figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from .plotting import require_matplotlib
+
+    fig = require_matplotlib()(figsize=(5.5, 5.0))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _draw(ax, arm, q, box, tool_path=None, target=None, title=None):
+    points, joints, base, tool = skeleton(arm, q)
+    size = 0.08 * float(np.max(box[1] - box[0]))
+    ax.plot(*points.T, color="0.25", lw=4, solid_capstyle="round")
+    ax.scatter(*joints.T, color="C1", s=25, depthshade=False)
+    _triad(ax, base, size)
+    _triad(ax, tool, size)
+    if tool_path is not None:
+        ax.plot(*np.asarray(tool_path).T, color="C0", lw=1, label="tool path")
+    if target is not None:
+        ax.scatter(*np.asarray(target, dtype=float), color="k", marker="x", s=40, label="target")
+    ax.set_xlim(box[0][0], box[1][0])
+    ax.set_ylim(box[0][1], box[1][1])
+    ax.set_zlim(box[0][2], box[1][2])
+    ax.set_box_aspect((1, 1, 1))
+    ax.set_xlabel("x [m]")
+    ax.set_ylabel("y [m]")
+    ax.set_zlabel("z [m]")
+    if title:
+        ax.set_title(title, fontsize=10)
+
+
+def draw_arm(arm, q, file, *, format="png", tool_path=None, target=None, title=None):
+    """Draw ``arm`` at q (n,) into ``file`` (a path or a binary file object)."""
+    fig = _figure()
+    ax = fig.add_subplot(projection="3d")
+    pts = skeleton(arm, q)[0]
+    extra = [pts] + ([np.asarray(tool_path)] if tool_path is not None else []) + ([np.asarray(target)[None]] if target is not None else [])
+    _draw(ax, arm, q, _limits(np.concatenate(extra)), tool_path, target, title or f"{arm.name} at q = {np.round(np.asarray(q), 3).tolist()}")
+    fig.savefig(file, format=format, dpi=100)
+    return file
+
+
+def animate_arm(arm, t, q, file, *, frames: int = 80, target=None, fps: float | None = None):
+    """An animated GIF of a run: ``q`` (T+1, n) at times ``t`` (T+1,), at most ``frames`` frames
+    evenly spaced in time (played at the run's speed unless ``fps`` is given), the tool path so
+    far drawn behind the arm. Writes to ``file`` (a path or a binary file object)."""
+    from PIL import Image
+
+    t, q = np.asarray(t, dtype=float), np.asarray(q, dtype=float)
+    if q.ndim != 2 or q.shape[0] != t.shape[0] or q.shape[1] != arm.n:
+        raise ValueError(f"animate_arm: expected q (T+1, {arm.n}) matching t (T+1,), got q {q.shape}, t {t.shape}")
+    idx = np.unique(np.linspace(0, len(t) - 1, min(frames, len(t))).round().astype(int))
+    from ..dynamics.kinematics import forward_kinematics
+
+    tool_path = np.asarray([np.asarray(forward_kinematics(arm, qk)[1])[:3, 3] for qk in q[idx]])
+    every = np.concatenate([skeleton(arm, q[k])[0] for k in idx[:: max(1, len(idx) // 10)]] + [tool_path]
+                           + ([np.asarray(target)[None]] if target is not None else []))
+    box = _limits(every)
+    images = []
+    for j, k in enumerate(idx):
+        fig = _figure()
+        ax = fig.add_subplot(projection="3d")
+        _draw(ax, arm, q[k], box, tool_path[: j + 1], target, f"{arm.name}   t = {t[k]:.3f} s")
+        fig.canvas.draw()
+        images.append(Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("RGB").quantize(colors=64))
+    span = float(t[idx[-1]] - t[idx[0]]) if len(idx) > 1 else 0.0
+    duration_ms = 1000.0 / fps if fps else (1000.0 * span / max(len(idx) - 1, 1) if span > 0 else 100.0)
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=max(20, int(duration_ms)), loop=0)
+    if hasattr(file, "write"):
+        file.write(buffer.getvalue())
+    else:
+        with open(file, "wb") as f:
+            f.write(buffer.getvalue())
+    return file
