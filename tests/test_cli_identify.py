@@ -178,7 +178,9 @@ def test_existing_output_untouched_on_error(setup, capsys, tmp_path):
     qd[:, 0] = 0.0
     still = _write_log(tmp_path / "still.csv", setup["t"], q, qd, setup["tau"])
     code = cli.main(["identify", still, "--arm", setup["arm"], "--out", str(out)])
-    assert code == 2
+    assert code == 2 and "--force" in capsys.readouterr().err  # not replaced without asking
+    code = cli.main(["identify", still, "--arm", setup["arm"], "--out", str(out), "--force"])
+    assert code == 2 and "do not move" in capsys.readouterr().err  # nor by a failed identification
     assert out.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.toml", "still.csv"]
 
