@@ -40,10 +40,8 @@ import argparse
 import dataclasses
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -57,6 +55,9 @@ import jaxarm  # noqa: E402
 from jaxarm import trajopt  # noqa: E402
 from jaxarm.trajopt import terms  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trajopt_ddp import emit, timed  # noqa: E402  the same timing as the other trajopt experiments
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-crocoddyl"
 PACKAGES = ["crocoddyl==3.1.0", "pin==3.8.0", "libpinocchio==3.8.0", "cmeel-urdfdom<5", "cmeel-tinyxml2<11", "example-robot-data"]
@@ -69,10 +70,6 @@ ARMS = {
               [0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785], ["panda_finger_joint1", "panda_finger_joint2"],
               [0.0, 0.35, 0.3]),
 }
-
-
-def emit(**row):
-    print(json.dumps(row), flush=True)
 
 
 def setup():
@@ -96,18 +93,6 @@ def crocoddyl(python, spec):
     if proc.returncode != 0:
         raise RuntimeError(f"crocoddyl_reach.py failed: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout)
-
-
-def timed(fn, *args, repeats=3):
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return out, first, statistics.median(times)
 
 
 def run_arm(name, robots, python, batches, repeats):

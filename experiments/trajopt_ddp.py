@@ -37,6 +37,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import jax
 
@@ -81,8 +82,9 @@ def summary(res):
 # --------------------------------------------------------------------------- cases
 
 
-def puma_reach(args, out):
-    sys.path.insert(0, "experiments")
+def puma_reach_problem():
+    """The Puma reach of experiments/trajopt_puma.py as terms: (arm, q0, goal, torque limits, OCP)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from trajopt_puma import puma
 
     arm = puma(2.0, 0.2)
@@ -90,7 +92,11 @@ def puma_reach(args, out):
     goal = jaxarm.tool_pose(arm, q0)[:3, 3] + jnp.array([0.0, 0.3, 0.4])
     lim = np.asarray(arm.limits.torque)
     costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
-    problem = trajopt.ocp(arm, q0, 100, 0.01, costs=costs, params={"goal": goal})
+    return arm, q0, goal, lim, trajopt.ocp(arm, q0, 100, 0.01, costs=costs, params={"goal": goal})
+
+
+def puma_reach(args, out):
+    arm, q0, goal, lim, problem = puma_reach_problem()
     reach = trajopt.reach_problem(arm, q0, goal, 0.01, position=1e4, velocity=1e2)
     u0 = trajopt.reach_warm_start(arm, reach, 100)
     res, first, solve = timed(jaxarm.jit(lambda u: trajopt.ddp(problem, u)), u0)
@@ -111,15 +117,7 @@ def puma_reach(args, out):
 def puma_sweep(args, out):
     """Effort against duration: the Puma reach of ``puma_reach`` with T = 100 knots and the duration
     swept, all durations in one ``jax.vmap`` over the problem's dt (the path costs rescale with it)."""
-    sys.path.insert(0, "experiments")
-    from trajopt_puma import puma
-
-    arm = puma(2.0, 0.2)
-    q0 = jnp.array([0.0, 0.785, -3.14, 0.0, 0.785, 0.0])
-    goal = jaxarm.tool_pose(arm, q0)[:3, 3] + jnp.array([0.0, 0.3, 0.4])
-    lim = np.asarray(arm.limits.torque)
-    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
-    problem = trajopt.ocp(arm, q0, 100, 0.01, costs=costs, params={"goal": goal})
+    arm, q0, goal, lim, problem = puma_reach_problem()
     durations = np.linspace(0.3, 1.5, 13)
     solve = jaxarm.jit(jax.vmap(lambda dt: trajopt.ddp(problem.replace(dt=dt))))
     res, first, warm = timed(solve, jnp.asarray(durations / 100), repeats=1)

@@ -20,9 +20,10 @@ open loop, which does not know of the heavier payload nor replan.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import sys
 import time
+from pathlib import Path
 
 import jax
 
@@ -35,14 +36,11 @@ import jaxarm  # noqa: E402
 from jaxarm import trajopt  # noqa: E402
 from jaxarm.trajopt import terms  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trajopt_puma import puma  # noqa: E402  (payload mass, Coulomb smoothing scale)
+
 DT = 0.02
 Q0 = np.array([0.0, 0.785, -3.14, 0.0, 0.785, 0.0])
-
-
-def puma(payload_kg):
-    arm = jaxarm.load_arm("puma560")
-    drives = dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.2))
-    return arm.replace(drives=drives).with_payload(payload_kg, (0.0, 0.0, 0.05), 0.4 * payload_kg * 0.05**2 * np.ones(3))
 
 
 def target(t, center):
@@ -58,7 +56,9 @@ def main(argv=None):
     ap.add_argument("--iterations", type=int, default=3, help="DDP iterations per control step")
     ap.add_argument("--plot", default=None)
     args = ap.parse_args(argv)
-    model, true_arm = puma(2.0), puma(2.4)
+    if not args.seconds > 1.0:
+        ap.error(f"--seconds: expected more than 1 s (the tracking error is measured after the first second), got {args.seconds:g}")
+    model, true_arm = puma(2.0, 0.2), puma(2.4, 0.2)
     H = args.horizon
     lim = np.asarray(model.limits.torque)
     center = np.asarray(jaxarm.tool_pose(model, Q0)[:3, 3])

@@ -61,8 +61,9 @@ def _figure():
     return fig
 
 
-def _draw(ax, arm, q, box, tool_path=None, target=None, title=None):
-    points, joints, base, tool = skeleton(arm, q)
+def _draw(ax, figure, box, tool_path=None, target=None, title=None):
+    """Draw a :func:`skeleton` ``figure`` (points, joints, base, tool) in the cube ``box``."""
+    points, joints, base, tool = figure
     size = 0.08 * float(np.max(box[1] - box[0]))
     ax.plot(*points.T, color="0.25", lw=4, solid_capstyle="round")
     ax.scatter(*joints.T, color="C1", s=25, depthshade=False)
@@ -87,9 +88,9 @@ def draw_arm(arm, q, file, *, format="png", tool_path=None, target=None, title=N
     """Draw ``arm`` at q (n,) into ``file`` (a path or a binary file object)."""
     fig = _figure()
     ax = fig.add_subplot(projection="3d")
-    pts = skeleton(arm, q)[0]
-    extra = [pts] + ([np.asarray(tool_path)] if tool_path is not None else []) + ([np.asarray(target)[None]] if target is not None else [])
-    _draw(ax, arm, q, _limits(np.concatenate(extra)), tool_path, target, title or f"{arm.name} at q = {np.round(np.asarray(q), 3).tolist()}")
+    figure = skeleton(arm, q)
+    extra = [figure[0]] + ([np.asarray(tool_path)] if tool_path is not None else []) + ([np.asarray(target)[None]] if target is not None else [])
+    _draw(ax, figure, _limits(np.concatenate(extra)), tool_path, target, title or f"{arm.name} at q = {np.round(np.asarray(q), 3).tolist()}")
     fig.savefig(file, format=format, dpi=100)
     return file
 
@@ -104,17 +105,15 @@ def animate_arm(arm, t, q, file, *, frames: int = 80, target=None, fps: float | 
     if q.ndim != 2 or q.shape[0] != t.shape[0] or q.shape[1] != arm.n:
         raise ValueError(f"animate_arm: expected q (T+1, {arm.n}) matching t (T+1,), got q {q.shape}, t {t.shape}")
     idx = np.unique(np.linspace(0, len(t) - 1, min(frames, len(t))).round().astype(int))
-    from ..dynamics.kinematics import forward_kinematics
-
-    tool_path = np.asarray([np.asarray(forward_kinematics(arm, qk)[1])[:3, 3] for qk in q[idx]])
-    every = np.concatenate([skeleton(arm, q[k])[0] for k in idx[:: max(1, len(idx) // 10)]] + [tool_path]
-                           + ([np.asarray(target)[None]] if target is not None else []))
+    figures = [skeleton(arm, q[k]) for k in idx]  # once per frame: the tool path and the drawing use them
+    tool_path = np.asarray([f[3][:3, 3] for f in figures])
+    every = np.concatenate([f[0] for f in figures] + ([np.asarray(target)[None]] if target is not None else []))
     box = _limits(every)
     images = []
-    for j, k in enumerate(idx):
+    for j, (k, figure) in enumerate(zip(idx, figures)):
         fig = _figure()
         ax = fig.add_subplot(projection="3d")
-        _draw(ax, arm, q[k], box, tool_path[: j + 1], target, f"{arm.name}   t = {t[k]:.3f} s")
+        _draw(ax, figure, box, tool_path[: j + 1], target, f"{arm.name}   t = {t[k]:.3f} s")
         fig.canvas.draw()
         images.append(Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("RGB").quantize(colors=64))
     span = float(t[idx[-1]] - t[idx[0]]) if len(idx) > 1 else 0.0
