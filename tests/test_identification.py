@@ -397,6 +397,38 @@ def test_identify_linear_recovers_noiseless_parameters():
     assert chi2 < fit.rank + 6 * np.sqrt(2 * fit.rank)
 
 
+def test_identify_linear_keeps_drives_physical_on_a_frictionless_arm():
+    """Noise on the torques of an arm without friction or rotor inertia: plain least squares puts
+    the friction on both sides of zero (checked here, so the test can fail), the identified arm
+    keeps every drive dissipative (Ia, fv >= 0, Tc+ >= 0 >= Tc-), says which bounds are active,
+    still reproduces the base parameters it did not bound, and fits no worse than it must."""
+    truth = _vertical_arm(6)
+    n = truth.n
+    pi = np.array(ident.standard_parameters(truth))
+    pi[10 * n:] = 0.0
+    frictionless = ident.arm_with_parameters(truth, pi)
+    log = _simulated_log(frictionless, 8)
+    rng = np.random.default_rng(3)
+    noisy = Log(t=log.t, q=log.q, dq=log.dq, ddq=log.ddq, tau=log.tau + 0.05 * rng.normal(size=log.tau.shape))
+    res = ident.identify_linear(frictionless, noisy)
+    plain = ident.least_squares(ident.regressor(frictionless, log.q, log.dq, log.ddq)[:, :, list(res.base.independent)],
+                                noisy.tau - np.asarray(ident.known_torques(frictionless, log.q, log.dq, log.ddq)))
+    fv_plain = [plain.estimate[res.base.descriptions.index(f"fv{j + 1}")] for j in range(n)]
+    assert min(fv_plain) < 0, fv_plain  # the unconstrained fit is unphysical here
+    assert res.active_bounds and any(b.startswith("fv") for b in res.active_bounds), res.active_bounds
+    report = jaxarm.consistency_report(res.arm, drives=True)
+    assert all(report[f"drive {j + 1}"].ok for j in range(n)), {k: v.problems for k, v in report.items()}
+    d = res.arm.drives
+    assert np.all(np.asarray(d.rotor_inertia) >= 0) and np.all(np.asarray(d.viscous_friction) >= 0)
+    tc = np.asarray(d.coulomb_friction)
+    assert np.all(tc[:, 0] >= 0) and np.all(tc[:, 1] <= 0)
+    assert_close(res.base.project(res.parameters), res.beta, 1e-10, "K pi = beta after the null-space move")
+    # The bounded fit costs little: its residual is within 5 % of the unconstrained one.
+    assert np.sum(res.fit.residual**2) <= 1.05 * np.sum(plain.residual**2)
+    assert np.sum(res.fit.residual**2) >= np.sum(plain.residual**2) * (1 - 1e-9)
+    assert res.report()["active_bounds"] == list(res.active_bounds)
+
+
 def test_identify_linear_explains_what_is_missing():
     truth = _vertical_arm(6)
     log = _simulated_log(truth, 8)

@@ -176,6 +176,12 @@ def _cmd_identify(args) -> int:
         except IdentificationError as exc:
             raise CommandError(f"cannot identify {arm.name} from {where}: {_one_line(exc)}") from None
         if args.method == "linear":
+            if linear.active_bounds:
+                line = ("jaxarm: note: the plain least-squares friction or rotor inertia was unphysical; held at its bound: "
+                        + ", ".join(linear.active_bounds))
+                if line not in said:
+                    said.add(line)
+                    print(line, file=sys.stderr)
             return linear, linear.arm, None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ci.PriorNudgedWarning)

@@ -165,7 +165,9 @@ class LinearIdentification:
     ``names`` (p,); ``base``: :class:`BaseParameters` (structure); ``beta``, ``beta_std``,
     ``beta_relative_std`` (r,); ``fit``: the :class:`LeastSquaresResult` on the base regressor;
     ``rmse`` (n,) per joint on the fitted samples; ``condition_number`` (and ``_scaled``) of the
-    log's base regressor; ``samples`` used; ``drives`` whether drive parameters were fitted.
+    log's base regressor; ``samples`` used; ``drives`` whether drive parameters were fitted;
+    ``active_bounds``: the drive parameters the physical bounds held at their limit (e.g.
+    "fv3 >= 0"), empty when the unconstrained least squares was already physical.
     """
 
     arm: Arm
@@ -182,6 +184,7 @@ class LinearIdentification:
     samples: int
     drives: bool
     prior: np.ndarray
+    active_bounds: tuple = ()
 
     @property
     def rank(self) -> int:
@@ -197,6 +200,7 @@ class LinearIdentification:
             "condition_number_scaled": self.condition_number_scaled,
             "rmse": self.rmse.tolist(),
             "sigma2": self.fit.sigma2,
+            "active_bounds": list(self.active_bounds),
             "unidentifiable": list(self.base.unidentifiable),
             "base_parameters": [
                 {"combination": d, "value": float(v), "std": float(s), "relative_std_percent": float(r) if np.isfinite(r) else None}
@@ -246,6 +250,104 @@ def _check_log(arm: Arm, log, func: str, channels=("dq", "ddq", "tau")):
         raise IdentificationError(f"{func}: {where}: the log has {log.n} joints, the arm {arm.name!r} has {arm.n}")
 
 
+def _drive_index(n: int, j: int, k: int) -> int:
+    """Index in the standard vector of joint j's drive parameter k (0 Ia, 1 fv, 2 fc, 3 fo)."""
+    return 10 * n + 4 * j + k
+
+
+def _drive_constraints(n: int):
+    """Rows c with c . pi >= 0 for a physical drive: Ia >= 0, fv >= 0, and Coulomb levels in
+    the sense of motion, Tc+ = fc + fo >= 0 and -Tc- = fc - fo >= 0; with their labels."""
+    rows, labels = [], []
+    for j in range(n):
+        for coef, label in (({0: 1.0}, f"Ia{j + 1} >= 0"), ({1: 1.0}, f"fv{j + 1} >= 0"),
+                            ({2: 1.0, 3: 1.0}, f"Tc+{j + 1} = fc{j + 1} + fo{j + 1} >= 0"),
+                            ({2: 1.0, 3: -1.0}, f"Tc-{j + 1} = fo{j + 1} - fc{j + 1} <= 0")):
+            c = np.zeros(14 * n)
+            for k, v in coef.items():
+                c[_drive_index(n, j, k)] = v
+            rows.append(c)
+            labels.append(label)
+    return np.array(rows), labels
+
+
+def _dissipative_drives(fit: LeastSquaresResult, Yb, target, structure: BaseParameters, n: int):
+    """The least-squares base parameters with every drive parameter that is a base parameter of
+    its own (a row of K that is one standard parameter: fv, fc, fo and usually Ia) kept physical:
+    Ia, fv >= 0 and fc >= |fo|. With fc, fo as a = fc + fo and b = fc - fo the bounds are a box,
+    solved exactly by bounded-variable least squares (Stark & Parker 1995) on the same weighted
+    equations. Unchanged (and no bound active) when the plain fit is already physical."""
+    from scipy.optimize import lsq_linear
+
+    K = structure.K
+    r = K.shape[0]
+    alone = {}  # standard index -> base index, for base parameters that are one standard parameter
+    for row in range(r):
+        nz = np.flatnonzero(K[row])
+        if nz.size == 1 and abs(K[row, nz[0]] - 1.0) < 1e-12 and nz[0] >= 10 * n:
+            alone[int(nz[0])] = row
+    T = np.eye(r)  # beta = T gamma
+    lower = np.full(r, -np.inf)
+    labels = {}
+    for j in range(n):
+        ia, fv, fc, fo = (_drive_index(n, j, k) for k in range(4))
+        for idx, label in ((ia, f"Ia{j + 1} >= 0"), (fv, f"fv{j + 1} >= 0")):
+            if idx in alone:
+                lower[alone[idx]] = 0.0
+                labels[alone[idx]] = label
+        if fc in alone and fo in alone:  # gamma holds a = fc + fo at fc's place, b = fc - fo at fo's
+            kc, ko = alone[fc], alone[fo]
+            T[kc, kc], T[kc, ko], T[ko, kc], T[ko, ko] = 0.5, 0.5, 0.5, -0.5
+            lower[kc] = lower[ko] = 0.0
+            labels[kc], labels[ko] = f"Tc+{j + 1} >= 0", f"Tc-{j + 1} <= 0"
+        elif fc in alone:
+            lower[alone[fc]] = 0.0
+            labels[alone[fc]] = f"fc{j + 1} >= 0"
+    gamma = np.linalg.solve(T, fit.estimate)
+    if np.all(gamma >= lower - 1e-12 * np.maximum(np.abs(gamma), 1.0)):
+        return fit, ()
+    N, nj, _ = Yb.shape
+    sw = np.sqrt(fit.weights).reshape(-1)
+    A = (Yb.reshape(N * nj, r) @ T) * sw[:, None]
+    norms = np.linalg.norm(A, axis=0)
+    norms = np.where(norms > 0, norms, 1.0)
+    solved = lsq_linear(A / norms, target.reshape(-1) * sw, bounds=(lower * norms, np.full(r, np.inf)), method="bvls")
+    gamma = solved.x / norms
+    beta = T @ gamma
+    residual = target - Yb @ beta
+    active = tuple(labels[k] for k in sorted(labels) if gamma[k] <= 1e-12 * max(np.max(np.abs(gamma)), 1.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(beta != 0, 100.0 * fit.std / np.abs(beta), np.inf)
+    fit = dataclasses.replace(fit, estimate=beta, residual=residual, rmse=np.sqrt(np.mean(residual**2, axis=0)), relative_std=rel)
+    return fit, active
+
+
+def _drives_within_bounds(pi, K, n: int):
+    """The standard vector closest to ``pi`` with the same base parameters (K pi unchanged) whose
+    drives are physical (:func:`_drive_constraints`), for drive parameters merged with link
+    parameters (e.g. Ia1 with Izz1): pi + N z with N spanning K's null space and the least-distance
+    z (Lawson & Hanson 1974, Ch. 23, by non-negative least squares). Unchanged if already physical;
+    left as it is if the base parameters themselves forbid it."""
+    from scipy import linalg
+    from scipy.optimize import nnls
+
+    C, _ = _drive_constraints(n)
+    if np.all(C @ pi >= -1e-12):
+        return pi
+    Nk = linalg.null_space(K)
+    if Nk.shape[1] == 0:
+        return pi
+    G, h = C @ Nk, -(C @ pi)  # G z >= h
+    E = np.vstack([G.T, h[None, :]])
+    f = np.zeros(E.shape[0])
+    f[-1] = 1.0
+    u, _ = nnls(E, f, maxiter=50 * E.shape[1])
+    res = E @ u - f
+    if abs(res[-1]) < 1e-12:  # infeasible within the null space
+        return pi
+    return pi + Nk @ (-res[:-1] / res[-1])
+
+
 def identify_linear(
     arm: Arm,
     log,
@@ -262,9 +364,14 @@ def identify_linear(
     2. Excitation: every joint must move (max |dq_j| > ``min_velocity``) and the log's base
        regressor must have full rank (same ``rtol``); otherwise :class:`IdentificationError` names
        the joint or base parameters the log does not excite.
-    3. (W)LS of beta on tau - known torques (:func:`least_squares`, ``weighting`` passed on).
+    3. (W)LS of beta on tau - known torques (:func:`least_squares`, ``weighting`` passed on);
+       with ``drives``, the drive parameters are kept physical (Ia, fv >= 0, Tc+ >= 0 >= Tc-) by
+       bounded least squares where the plain solution is not, and the bounds that hold a
+       parameter at its limit are listed in ``active_bounds``.
     4. A full standard vector with K pi = beta: pi = prior + K^+ (beta - K prior), the Euclidean
-       closest to ``prior`` (default: ``standard_parameters(arm)``), and the fitted arm.
+       closest to ``prior`` (default: ``standard_parameters(arm)``) -- moved within K's null
+       space where a drive parameter merged with link parameters (e.g. Ia1 with Izz1) would
+       otherwise come out unphysical -- and the fitted arm.
     """
     func = "identify_linear"
     _check_log(arm, log, func)
@@ -298,13 +405,18 @@ def identify_linear(
             "(excite more joint motion, or fit fewer parameters)"
         )
     fit = least_squares(Yb, target, weighting=weighting, names=structure.descriptions)
-    beta = fit.estimate
     pi0 = np.asarray(standard_parameters(arm, drives) if prior is None else prior, dtype=float)
     if pi0.shape != (p,):
         raise ValueError(f"{func}: prior: expected shape ({p},), got {pi0.shape}")
     K = structure.K
+    active = ()
+    if drives:  # friction only dissipates and rotor inertia is >= 0, whatever the noise says
+        fit, active = _dissipative_drives(fit, Yb, target, structure, n)
+    beta = fit.estimate
     correction = np.linalg.lstsq(K, beta - K @ pi0, rcond=None)[0]  # minimum-norm
     pi = pi0 + correction
+    if drives:
+        pi = _drives_within_bounds(pi, K, n)
     return LinearIdentification(
         arm=arm_with_parameters(arm, jnp.asarray(pi), drives),
         parameters=pi,
@@ -320,6 +432,7 @@ def identify_linear(
         samples=N,
         drives=drives,
         prior=pi0,
+        active_bounds=active,
     )
 
 
