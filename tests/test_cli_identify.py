@@ -217,3 +217,42 @@ def test_inconsistent_arm_file_is_repaired_and_said(setup, capsys, tmp_path):
     assert "physically consistent: yes" in stdout
     fitted = jaxarm.load_arm(str(out), strict=True)
     assert fitted.n == 2
+
+
+def test_identified_arm_written_as_urdf_and_mjcf_and_checked(setup, capsys, tmp_path):
+    """--urdf / --mjcf write the identified arm in both formats; each file holds the arm's
+    inertials and joint friction (checked here by reading the URDF back independently of the
+    command), and the report says how far each file's torques are from the identified arm's and
+    what the format lost (the drives' rotor inertia has no URDF field)."""
+    out, report = tmp_path / "id.toml", tmp_path / "id.json"
+    urdf, mjcf = tmp_path / "id.urdf", tmp_path / "id.xml"
+    code, stdout, err = _run(capsys, "identify", setup["log"], "--arm", setup["arm"], "--out", str(out), "--report", str(report),
+                             "--steps", "60", "--cutoff", "none", "--urdf", str(urdf), "--mjcf", str(mjcf))
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["id.json", "id.toml", "id.urdf", "id.xml"]
+    arm = jaxarm.load_arm(out)
+    assert np.any(np.asarray(arm.drives.rotor_inertia) > 0)  # so the URDF must lose something
+    back = jaxarm.load_urdf(urdf, gravity=np.asarray(arm.gravity))
+    # what URDF holds: the arm without rotor inertia, with symmetric Coulomb friction
+    tc = np.asarray(arm.drives.coulomb_friction)
+    level = (tc[:, 0] - tc[:, 1]) / 2
+    held = arm.replace(drives=dataclasses.replace(arm.drives, rotor_inertia=np.zeros(arm.n),
+                                                  coulomb_friction=np.stack([level, -level], axis=1)))
+    states = np.random.default_rng(5).uniform(-2, 2, (3, 40, arm.n))
+    np.testing.assert_allclose(predict_torques(back, *states), predict_torques(held, *states), rtol=1e-9, atol=1e-9)
+    rep = json.loads(report.read_text())["exports"]
+    u, m = rep[str(urdf.resolve())], rep[str(mjcf.resolve())]
+    assert u["checked_by"] == "jaxarm.load_urdf" and max(u["torque_difference_rms"]) > 0
+    assert any("rotor inertia" in x for x in u["lost"])
+    assert "URDF read back" in stdout and "id.xml" in stdout
+    if m["checked_by"] is not None:  # mujoco installed: MJCF keeps the rotor inertia (armature)
+        assert max(m["torque_difference_rms"]) < max(u["torque_difference_rms"])
+        assert not any("rotor inertia" in x for x in m["lost"])
+    # an identified arm the format cannot hold (linear least squares leaves a link inconsistent
+    # here) is refused with the reason and a hint, and nothing is written
+    lin = tmp_path / "lin"
+    lin.mkdir()
+    code, _, err = _run(capsys, "identify", setup["log"], "--arm", setup["arm"], "--out", str(lin / "a.toml"),
+                        "--method", "linear", "--cutoff", "none", "--mjcf", str(lin / "a.xml"))
+    assert code != 0 and "--method consistent" in err and "nothing was written" in err
+    assert list(lin.iterdir()) == []

@@ -150,8 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
         "dq*, tau* columns; CSV or NPZ) and write the identified arm file",
         epilog="--method consistent (default): every link physically consistent by construction (log-Cholesky "
         "pseudo-inertia, optax L-BFGS), regularized towards ARM's values; --method linear: least squares on the "
-        "base parameters (may be inconsistent). The log must excite every base parameter: a rank-deficient or "
-        "too short log is refused. Real logs need --cutoff (e.g. --rate 1000 --cutoff 10 for the Panda).",
+        "base parameters (drives kept physical, links may be inconsistent). The log must excite every base parameter: "
+        "a rank-deficient or too short log is refused. The filter cutoff and the Coulomb friction shape are chosen "
+        "from the log by blocked cross-validation unless --cutoff is given; every choice is printed and reported.",
     )
     p.add_argument("log", metavar="LOG", nargs="+", help="log file(s) (.csv or .npz) with t, q1..qn, optional dq1..dqn, "
                    "tau1..taun; several experiments of one arm are identified together, each preprocessed on its own")
@@ -159,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE.toml", help="identified arm file")
     p.add_argument("--report", metavar="FILE.json", help="JSON report: RMSE per joint, condition number, standard deviations, consistency")
     p.add_argument("--plot", metavar="FILE.png", help="measured vs predicted torques (held-out part if any)")
+    p.add_argument("--urdf", metavar="FILE.urdf", help="the identified arm also as URDF (inertials, damping, friction), "
+                   "read back and checked against the identified torques on the log")
+    p.add_argument("--mjcf", metavar="FILE.xml", help="the identified arm also as MuJoCo MJCF (inertials, armature, damping, "
+                   "frictionloss), checked by MuJoCo's inverse dynamics when mujoco is installed")
     p.add_argument("--method", choices=IDENTIFY_METHODS, default="consistent", help="default consistent")
     p.add_argument("--fit-until", metavar="T", help="fit on t < T, report held-out RMSE on t >= T (default: hold out the last "
                    "quarter for the report's validation errors, then refit the arm on the whole log)")

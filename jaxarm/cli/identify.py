@@ -79,11 +79,13 @@ def _cmd_identify(args) -> int:
     from ..identify.linear_model import IdentificationError
     from ..identify.logs import Log, LogError, load_log, preprocess_log
     from ..identify.diagnostics import conditioning_warning, identifiability, log_warnings
+    from ..identify.export import check_export
     from ..identify.selection import select_preprocessing, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
 
-    outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.report, "--report"), (args.plot, "--plot")) if p]
+    outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.report, "--report"), (args.plot, "--plot"),
+                                                           (args.urdf, "--urdf"), (args.mjcf, "--mjcf")) if p]
     paths = [os.path.abspath(p) for p, _ in outputs]
     if len(set(paths)) != len(paths) or any(os.path.abspath(p) in paths for p in args.log):
         raise CommandError("--out, --report, --plot: expected distinct files, none of them the log")
@@ -242,6 +244,16 @@ def _cmd_identify(args) -> int:
         "warnings": warned,
         "identifiability": identifiability(linear),
     }
+    exports = []
+    for path, fmt in ((args.urdf, "urdf"), (args.mjcf, "mjcf")):
+        if path:
+            try:
+                exports.append((path, check_export(fitted, fit_log.q, fit_log.dq, fit_log.ddq, fmt)))
+            except ValueError as exc:
+                hint = "; --method consistent keeps every link physical" if args.method == "linear" else ""
+                raise CommandError(f"--{fmt}: the identified arm cannot be written: {_one_line(exc)}{hint} (nothing was written)",
+                                   EXIT_FAILURE) from None
+    report["exports"] = {os.path.abspath(path): c.report() for path, c in exports}
     report["verdict"] = _verdict(report, rmse_held, rmse_held_start)
     comment = (f"{fitted.name}: identified by 'jaxarm identify' ({args.method}) from {where}"
                + (f" (t < {fit_until:g} s)" if fit_until is not None else f" (t >= {fit_from:g} s)" if fit_from is not None else ""))
@@ -251,6 +263,8 @@ def _cmd_identify(args) -> int:
         files.write(args.out, lambda f: f.write(text.encode("utf-8")))
         if args.report:
             files.write(args.report, lambda f: f.write((json.dumps(report, indent=2) + "\n").encode("utf-8")))
+        for path, c in exports:
+            files.write(path, lambda f, c=c: f.write(c.text.encode("utf-8")))
         if args.plot:
             shown = held
             fmt = os.path.splitext(args.plot)[1].lstrip(".").lower() or "png"
@@ -279,5 +293,7 @@ def _cmd_identify(args) -> int:
     print("physically consistent: " + ("yes" if not bad else "NO (" + ", ".join(bad) + ")"))
     failed = [c["check"] for c in report["verdict"]["checks"] if not c["pass"]]
     print("verdict: " + ("pass" if not failed else "FAIL (" + "; ".join(failed) + ")"))
+    for path, c in exports:
+        print(f"{os.path.basename(path)}: {c.summary()}")
     print("wrote " + ", ".join(p for p, _ in outputs))
     return EXIT_OK
