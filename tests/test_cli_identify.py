@@ -256,3 +256,27 @@ def test_identified_arm_written_as_urdf_and_mjcf_and_checked(setup, capsys, tmp_
                         "--method", "linear", "--cutoff", "none", "--mjcf", str(lin / "a.xml"))
     assert code != 0 and "--method consistent" in err and "nothing was written" in err
     assert list(lin.iterdir()) == []
+
+
+def test_log_read_by_joint_name(setup, capsys, tmp_path):
+    """A log whose columns are named after the joints is read with --joint-names, and the command
+    says how it matched the columns; a wrong count of names is refused before any work."""
+    t, q, qd, tau = setup["t"], setup["q"], setup["qd"], setup["tau"]
+    path = tmp_path / "named.csv"
+    cols = {"time": t, "elbow": q[:, 1], "shoulder": q[:, 0], "shoulder_velocity": qd[:, 0], "elbow_velocity": qd[:, 1],
+            "shoulder_effort": tau[:, 0], "elbow_effort": tau[:, 1]}
+    np.savetxt(path, np.column_stack(list(cols.values())), delimiter=",", header=",".join(cols), comments="", fmt="%.17g")
+    code, stdout, err = _run(capsys, "identify", str(path), "--arm", setup["arm"], "--out", str(tmp_path / "a.toml"),
+                             "--method", "linear", "--cutoff", "none", "--joint-names", "shoulder,elbow")
+    assert code == 0, err
+    assert "matched by joint name" in err
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    code, _, err = _run(capsys, "identify", setup["log"], "--arm", setup["arm"], "--out", str(ref / "b.toml"),
+                        "--method", "linear", "--cutoff", "none")
+    assert code == 0, err
+    a, b = jaxarm.load_arm(tmp_path / "a.toml"), jaxarm.load_arm(ref / "b.toml")
+    np.testing.assert_allclose(np.asarray(a.links.mass), np.asarray(b.links.mass), rtol=1e-9)
+    code, _, err = _run(capsys, "identify", str(path), "--arm", setup["arm"], "--out", str(tmp_path / "c.toml"),
+                        "--joint-names", "shoulder")
+    assert code == 2 and "1 names for the arm's 2 joints" in err and not (tmp_path / "c.toml").exists()

@@ -391,3 +391,72 @@ def test_column_mapping_reads_a_ros_joint_states_export(tmp_path):
         load_log(path, columns="time=%time")
     with pytest.raises(LogError, match="factor must be a number"):
         load_log(path, columns="t=%time*ns")
+
+
+# --------------------------------------------------------------------------------------------
+# Logs read by joint name
+
+
+def _ros_joint_states(path, t_ns, names_rows, q, dq, tau):
+    """A ``rostopic echo -p /joint_states`` CSV: %time in ns, header fields, then name*, position*,
+    velocity*, effort* per message (the message's own joint order)."""
+    m = q.shape[1]
+    header = ["%time", "field.header.seq", "field.header.stamp", "field.header.frame_id"]
+    header += [f"field.name{k}" for k in range(m)] + [f"field.position{k}" for k in range(m)]
+    header += [f"field.velocity{k}" for k in range(m)] + [f"field.effort{k}" for k in range(m)]
+    rows = []
+    for i in range(len(t_ns)):
+        rows.append([t_ns[i], i, t_ns[i], ""] + list(names_rows[i]) + [repr(float(x)) for x in (*q[i], *dq[i], *tau[i])])
+    return _write_csv(path, header, rows)
+
+
+def test_ros_joint_states_export_is_read_by_joint_name(tmp_path):
+    """Joints matched by name message by message (the order changes half-way), time from %time in
+    ns, the text columns (names, an empty frame id) not mistaken for numbers; without the names
+    the text column is refused with a hint; a joint the messages never name is refused."""
+    N = 40
+    rng = np.random.default_rng(4)
+    t_ns = 1_700_000_000_000_000_000 + np.arange(N) * 2_000_000  # 500 Hz
+    truth = {name: rng.normal(size=(N, 3)) for name in ("shoulder", "elbow")}  # q, dq, tau
+    order = [("shoulder", "elbow") if i < N // 2 else ("elbow", "shoulder") for i in range(N)]
+    q, dq, tau = (np.array([[truth[name][i, c] for name in order[i]] for i in range(N)]) for c in range(3))
+    path = _ros_joint_states(tmp_path / "js.csv", t_ns, order, q, dq, tau)
+    log = load_log(path, joint_names=("elbow", "shoulder"))
+    for c, channel in enumerate(("q", "dq", "tau")):
+        np.testing.assert_array_equal(getattr(log, channel), np.stack([truth["elbow"][:, c], truth["shoulder"][:, c]], axis=1))
+    # seconds from the first message (float64 holds ns stamps of today to 256 ns)
+    assert log.t[0] == 0.0
+    np.testing.assert_allclose(np.diff(log.t), 2e-3, atol=5e-7)
+    assert "ROS joint_states" in log.info["columns"] and "%time" in log.info["columns"]
+    with pytest.raises(LogError, match="holds text.*joint names"):
+        load_log(path)
+    with pytest.raises(LogError, match="'wrist' is missing"):
+        load_log(path, joint_names=("elbow", "wrist"))
+
+
+def test_columns_named_after_the_joints(tmp_path):
+    """One column per joint and quantity, named after a URDF's joints (read with
+    urdf_joint_names in chain order); the count must match the arm."""
+    urdf = tmp_path / "two.urdf"
+    link = '<link name="{0}"><inertial><mass value="1"/><inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial></link>'
+    joint = ('<joint name="{0}" type="revolute"><parent link="{1}"/><child link="{2}"/><origin xyz="0 0 0.3"/>'
+             '<axis xyz="0 1 0"/><limit lower="-2" upper="2" effort="50" velocity="2"/></joint>')
+    urdf.write_text('<robot name="two"><link name="base"/>' + link.format("l1") + link.format("l2")
+                    + joint.format("hip", "base", "l1") + joint.format("knee", "l1", "l2") + "</robot>")
+    names = jaxarm.urdf.urdf_joint_names(urdf)
+    assert names == ("hip", "knee")
+    arm = jaxarm.load_arm(urdf)
+    rng = np.random.default_rng(1)
+    data = rng.uniform(-1, 1, (30, 6))
+    header = ["time", "knee", "hip", "hip_velocity", "knee_velocity", "hip_effort", "knee_effort"]
+    rows = [[0.01 * i, *data[i]] for i in range(30)]
+    path = _write_csv(tmp_path / "named.csv", header, rows)
+    log = load_log(path, arm, joint_names=names)
+    np.testing.assert_array_equal(log.q, data[:, [1, 0]])
+    np.testing.assert_array_equal(log.dq, data[:, [2, 3]])
+    np.testing.assert_array_equal(log.tau, data[:, [4, 5]])
+    assert "matched by joint name" in log.info["columns"]
+    with pytest.raises(LogError, match="3 names for the 2 joints"):
+        load_log(path, arm, joint_names=("hip", "knee", "ankle"))
+    with pytest.raises(LogError, match="no position column for joint 'ankle'"):
+        load_log(path, joint_names=("hip", "ankle"))

@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "from the data unless --cutoff is given)")
     p.add_argument("--columns", metavar="MAP", help="the log's column names, e.g. 't=%%time*1e-9,q{j}=field.position{j0},"
                    "dq{j}=field.velocity{j0},tau{j}=field.effort{j0}' for a ROS joint_states export ({j}: joint from 1, {j0}: from 0)")
+    p.add_argument("--joint-names", metavar="NAMES", help="the arm's joint names, comma-separated or read from a URDF file, to "
+                   "read a log by joint name: a ROS joint_states export (field.name*, field.position*, ...) or columns named "
+                   "<joint>, <joint>_velocity, <joint>_effort (default: the names in --arm when it is a .urdf)")
     p.add_argument("--angles", choices=["radians", "degrees"], default="radians",
                    help="unit of the revolute joints' q, dq columns (default radians; a log that looks like degrees is refused)")
     p.add_argument("--rate", metavar="HZ", help="resample to this uniform rate (default: the log's median rate)")

@@ -48,6 +48,26 @@ def _identify_plot(fmt, t, measured, predicted, label):
     return write
 
 
+def _joint_names(spec, arm_spec: str, n: int):
+    """--joint-names: comma-separated names or a URDF file; by default the names in --arm when it
+    is a URDF file; None when neither (the log's columns are then q1..qn)."""
+    from ..model.urdf import UrdfError, urdf_joint_names
+
+    source = spec if spec is not None else (arm_spec if str(arm_spec).lower().endswith(".urdf") else None)
+    if source is None:
+        return None
+    if str(source).lower().endswith(".urdf"):
+        try:
+            names = urdf_joint_names(source)
+        except UrdfError as exc:
+            raise CommandError(f"--joint-names: {_one_line(exc)}") from None
+    else:
+        names = tuple(x.strip() for x in str(source).split(",") if x.strip())
+    if len(names) != n:
+        raise CommandError(f"--joint-names: {len(names)} names for the arm's {n} joints")
+    return names
+
+
 def _verdict(report: dict, rmse_held, rmse_held_start) -> dict:
     """Pass/fail per check with the threshold used, for a user's CI to gate on (``"pass"``: all).
     The conditioning threshold is the one the warnings use (:data:`jaxarm.identify.diagnostics.MAX_CONDITION`)."""
@@ -114,10 +134,11 @@ def _cmd_identify(args) -> int:
             raise CommandError(str(exc), EXIT_FAILURE) from None
 
     arm = _load_arm(args.arm)
+    joint_names = _joint_names(args.joint_names, args.arm, arm.n)
     logs = []
     for path in args.log:
         try:
-            logs.append(load_log(path, arm, angles=args.angles, columns=args.columns))
+            logs.append(load_log(path, arm, angles=args.angles, columns=args.columns, joint_names=joint_names))
         except FileNotFoundError:
             raise CommandError(f"{path}: no such file") from None
         except (LogError, OSError) as exc:
@@ -127,6 +148,9 @@ def _cmd_identify(args) -> int:
     except LogError as exc:
         raise CommandError(_one_line(exc)) from None
     where = " + ".join(os.path.basename(p) for p in args.log)
+    for path, log in zip(args.log, logs):
+        if "columns" in log.info:
+            print(f"jaxarm: {os.path.basename(path)}: {log.info['columns']}", file=sys.stderr)
     if raw.tau is None:
         raise CommandError(f"{where}: no torque columns (tau1..tau{arm.n}): identification fits the parameters to measured joint torques")
     # Without --fit-until the last quarter is held out to report validation errors, and the arm

@@ -345,7 +345,17 @@ def _drives_within_bounds(pi, K, n: int):
     res = E @ u - f
     if abs(res[-1]) < 1e-12:  # infeasible within the null space
         return pi
-    return pi + Nk @ (-res[:-1] / res[-1])
+    pi = pi + Nk @ (-res[:-1] / res[-1])
+    # The solution sits on the bounds up to round-off (1e-20 below zero is still "negative" to an
+    # arm file's check): put it on them, which moves K pi by no more than that round-off.
+    d = pi[10 * n:].reshape(n, 4).copy()
+    tol = 1e-9 * max(1.0, float(np.max(np.abs(d))))
+    for k in (0, 1):
+        d[:, k] = np.where((d[:, k] < 0) & (d[:, k] > -tol), 0.0, d[:, k])
+    short = (d[:, 2] < np.abs(d[:, 3])) & (d[:, 2] > np.abs(d[:, 3]) - tol)
+    d[:, 2] = np.where(short, np.abs(d[:, 3]), d[:, 2])
+    pi[10 * n:] = d.reshape(-1)
+    return pi
 
 
 def identify_linear(

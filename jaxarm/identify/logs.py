@@ -263,7 +263,16 @@ def _read_csv(path: Path) -> dict:
         raise LogError(f"{where}: no data rows after the header")
     if data.shape[1] != len(names):
         raise LogError(f"{where}: rows have {data.shape[1]} values but the header names {len(names)} columns")
-    return {name: data[:, k] for k, name in enumerate(names)}
+    columns = {name: data[:, k] for k, name in enumerate(names)}
+    text = [k for k in range(len(names)) if np.all(np.isnan(data[:, k]))]
+    if text:  # columns of words (a ROS export's joint names, frame ids): kept as text
+        import csv
+
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))[1:]
+        for k in text:
+            columns[names[k]] = np.array([row[k].strip() if k < len(row) else "" for row in rows if row], dtype=str)
+    return columns
 
 
 def _read_npz(path: Path) -> dict:
@@ -291,6 +300,70 @@ def _read_npz(path: Path) -> dict:
         odd = next(k for k, v in lengths.items() if v != ref)
         raise LogError(f"{where}: column {odd!r}: has {lengths[odd]} samples, expected {ref} like t")
     return columns
+
+
+_TIME_COLUMNS = (("t", 1.0), ("time", 1.0), ("%time", 1e-9), ("field.header.stamp", 1e-9))  # ROS stamps in ns
+_BY_NAME = {"q": ("position", "pos", "q"), "dq": ("velocity", "vel", "dq"), "tau": ("effort", "torque", "tau")}
+_ROS_FIELDS = {"q": "position", "dq": "velocity", "tau": "effort"}
+
+
+def _text(x) -> bool:
+    return np.asarray(x).dtype.kind in "US"
+
+
+def _by_joint_name(raw: dict, joint_names, where: str):
+    """Columns found by the arm's joint names: a ROS ``joint_states`` export (``<prefix>name<k>``
+    text columns with ``<prefix>position<k>``, ``velocity<k>``, ``effort<k>``; matched row by
+    row, so the message's joint order may change) or one column per joint and quantity
+    (``<joint>`` or ``<joint>_position``, ``_velocity``, ``_effort``; separators ``_ . /``).
+    Returns (t, q1.., dq1.., tau1.. columns, a sentence saying what was matched)."""
+    names = [str(x) for x in joint_names]
+    time = next(((c, f) for c, f in _TIME_COLUMNS if c in raw and not _text(raw[c])), None)
+    if time is None:
+        raise LogError(f"{where}: no time column (expected one of {', '.join(c for c, _ in _TIME_COLUMNS)})")
+    stamp = np.asarray(raw[time[0]], dtype=float)
+    if time[1] != 1.0:  # ROS stamps (ns since 1970): seconds from the first message
+        stamp = stamp - stamp[0]
+    out = {"t": stamp * time[1]}
+    said = f"t from {time[0]!r}" + (" (ns, counted from the first message)" if time[1] != 1.0 else "")
+    lists = {}
+    for col, value in raw.items():
+        m = re.match(r"^(.*)name(\d+)$", col)
+        if m and _text(value):
+            lists.setdefault(m.group(1), {})[int(m.group(2))] = value
+    for prefix, found in lists.items():
+        slots = sorted(found)
+        table = np.stack([found[k] for k in slots], axis=1)  # (N, m) joint names per message
+        if not any(name in table[0] for name in names):
+            continue
+        for j, name in enumerate(names):
+            hit = table == name
+            rows = np.flatnonzero(~hit.any(axis=1))
+            if rows.size:
+                raise LogError(f"{where}: joint {name!r} is missing from the {prefix}name* columns of {rows.size} message(s), "
+                               f"first at data row {rows[0] + 1}")
+            slot = np.asarray(slots)[np.argmax(hit, axis=1)]
+            for channel, field in _ROS_FIELDS.items():
+                cols = [f"{prefix}{field}{k}" for k in slots]
+                if not all(c in raw and not _text(raw[c]) for c in cols):
+                    continue
+                values = np.stack([np.asarray(raw[c], dtype=float) for c in cols], axis=1)
+                out[f"{channel}{j + 1}"] = values[np.arange(len(slot)), np.searchsorted(slots, slot)]
+        if "q1" not in out:
+            raise LogError(f"{where}: the {prefix}name* columns name the joints but there are no {prefix}position* columns")
+        got = sorted({c.rstrip("0123456789") for c in out if c != "t"})
+        return out, f"{said}; {', '.join(got)} matched by joint name in the {prefix}name* columns (ROS joint_states)"
+    for j, name in enumerate(names):
+        for channel, words in _BY_NAME.items():
+            choices = ([name] if channel == "q" else []) + [f"{name}{sep}{w}" for w in words for sep in "_./"]
+            hit = next((c for c in choices if c in raw and not _text(raw[c])), None)
+            if hit is not None:
+                out[f"{channel}{j + 1}"] = np.asarray(raw[hit], dtype=float)
+        if f"q{j + 1}" not in out:
+            raise LogError(f"{where}: no position column for joint {name!r} (expected a column {name!r} or {name}_position, "
+                           "or ROS joint_states name*/position* columns); map other names with columns=")
+    got = sorted({c.rstrip("0123456789") for c in out if c != "t"})
+    return out, f"{said}; {', '.join(got)} matched by joint name ({names[0]}, ...)"
 
 
 ANGLES = ("radians", "degrees")
@@ -352,7 +425,7 @@ def _angles(log: Log, arm, angles: str) -> Log:
     return log
 
 
-def load_log(path, arm=None, *, drop_nonfinite: bool = False, angles: str = "radians", columns=None) -> Log:
+def load_log(path, arm=None, *, drop_nonfinite: bool = False, angles: str = "radians", columns=None, joint_names=None) -> Log:
     """Read a log from CSV or NPZ and validate it.
 
     CSV: a header row naming the columns ``t, q1..qn`` and optionally ``dq*, ddq*, tau*, V*, I*``
@@ -366,15 +439,20 @@ def load_log(path, arm=None, *, drop_nonfinite: bool = False, angles: str = "rad
     logs with other column names, a mapping ``"t=time,q{j}=pos_{j},tau{j}=effort_{j}"`` (or a dict):
     ``{j}`` runs over the joints from 1, ``{j0}`` from 0, and ``*factor`` scales a column (a ROS
     ``rostopic echo -p`` export: ``"t=%time*1e-9,q{j}=field.position{j0},dq{j}=field.velocity{j0},
-    tau{j}=field.effort{j0}"``); the other columns are ignored. Raises :class:`LogError`.
+    tau{j}=field.effort{j0}"``); the other columns are ignored. ``joint_names``: the arm's joint
+    names in joint order (:func:`jaxarm.model.urdf.urdf_joint_names` for a URDF arm); a log without
+    q1..qn columns is then read by name, from a ROS ``joint_states`` export (``field.name0``, ...
+    with ``field.position0``, ... matched message by message) or from one column per joint named
+    ``<joint>`` / ``<joint>_position``, ``<joint>_velocity``, ``<joint>_effort``; ``info["columns"]``
+    says what was matched. Raises :class:`LogError`.
     """
     if angles not in ANGLES:
         raise ValueError(f"load_log: angles: expected one of {ANGLES}, got {angles!r}")
-    log = _load(path, arm, drop_nonfinite, columns)
+    log = _load(path, arm, drop_nonfinite, columns, joint_names)
     return log if arm is None else _angles(log, arm, angles)
 
 
-def _load(path, arm, drop_nonfinite: bool, columns) -> Log:
+def _load(path, arm, drop_nonfinite: bool, columns, joint_names=None) -> Log:
     path = Path(path)
     if not path.is_file():
         raise LogError(f"{path}: no such file")
@@ -385,10 +463,24 @@ def _load(path, arm, drop_nonfinite: bool, columns) -> Log:
         raw, unit, offset = _read_csv(path), "line", 2
     else:
         raise LogError(f"{path}: unknown log format {suffix!r}; expected .csv or .npz")
+    note = None
     if columns is not None:
         mapping = _column_map(columns, raw, None if arm is None else arm.n, str(path))
         raw = {target: raw[source] * scale for target, (source, scale) in mapping.items()}
-    return _assemble(raw, str(path), arm, unit, offset, drop_nonfinite)
+    elif joint_names is not None and "q1" not in raw:
+        if arm is not None and len(joint_names) != arm.n:
+            raise LogError(f"{path}: joint_names: {len(joint_names)} names for the {arm.n} joints of arm {arm.name!r}")
+        raw, note = _by_joint_name(raw, joint_names, str(path))
+    else:
+        text = sorted((c for c, v in raw.items() if _text(v)), key=lambda c: "name" not in c)  # a name column first
+        if text:
+            raise LogError(f"{path}: column {text[0]!r} holds text, not numbers" + (
+                "; a ROS joint_states export is read by joint name: give the arm's joint names (joint_names=, "
+                "jaxarm identify --joint-names, or --arm FILE.urdf)" if "name" in text[0] else ""))
+    log = _assemble(raw, str(path), arm, unit, offset, drop_nonfinite)
+    if note:
+        log.info["columns"] = note
+    return log
 
 
 def save_log(log: Log, path) -> Path:

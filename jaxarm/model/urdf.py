@@ -402,15 +402,9 @@ def _merge_body(tree, links, start, stop):
     return mass, com, inertia, locked
 
 
-def load_urdf(path, *, base_link=None, tip_link=None, gravity=DEFAULT_GRAVITY) -> Arm:
-    """Read the serial chain ``base_link`` -> ``tip_link`` of a URDF file into an :class:`Arm`.
-
-    ``base_link`` defaults to the root link, ``tip_link`` to the end of the only moving chain
-    (see the module docstring for both and for how every element is read). Returns a
-    ``"placement"`` arm named after the robot, with ``base`` = identity (the world frame is
-    ``base_link``'s frame), ``tool`` = the tip link's frame in the last moving link's frame, and
-    ``gravity`` (URDF has no gravity; default (0, 0, -9.81)). Raises :class:`UrdfError`.
-    """
+def _chain(path, base_link, tip_link):
+    """Read a URDF file and walk its serial chain base_link -> tip_link: (file name, robot name,
+    links, tree, chain joints, moving joints, base link, tip link)."""
     fname = os.path.basename(os.fspath(path))
     try:
         with open(path, "rb") as f:
@@ -443,6 +437,27 @@ def load_urdf(path, *, base_link=None, tip_link=None, gravity=DEFAULT_GRAVITY) -
             )
         if j.mimic:
             raise UrdfError(f"{fname}: joint '{j.name}': mimic: mimic joints are not supported on the arm's chain")
+
+    return fname, name, links, tree, chain, moving, base, tip
+
+
+def urdf_joint_names(path, *, base_link=None, tip_link=None) -> tuple:
+    """The names of the moving joints of a URDF file's chain ``base_link`` -> ``tip_link``, in the
+    order :func:`load_urdf` numbers them (joint 1 first): what a log's columns or a ROS
+    ``joint_states`` message call them (see :func:`jaxarm.load_log`'s ``joint_names``)."""
+    return tuple(j.name for j in _chain(path, base_link, tip_link)[5])
+
+
+def load_urdf(path, *, base_link=None, tip_link=None, gravity=DEFAULT_GRAVITY) -> Arm:
+    """Read the serial chain ``base_link`` -> ``tip_link`` of a URDF file into an :class:`Arm`.
+
+    ``base_link`` defaults to the root link, ``tip_link`` to the end of the only moving chain
+    (see the module docstring for both and for how every element is read). Returns a
+    ``"placement"`` arm named after the robot, with ``base`` = identity (the world frame is
+    ``base_link``'s frame), ``tool`` = the tip link's frame in the last moving link's frame, and
+    ``gravity`` (URDF has no gravity; default (0, 0, -9.81)). Raises :class:`UrdfError`.
+    """
+    fname, name, links, tree, chain, moving, base, tip = _chain(path, base_link, tip_link)
 
     # Fold fixed transforms into the next joint's placement or into the tool.
     xyz, rpy, axis, types = [], [], [], []
