@@ -280,3 +280,56 @@ def test_log_read_by_joint_name(setup, capsys, tmp_path):
     code, _, err = _run(capsys, "identify", str(path), "--arm", setup["arm"], "--out", str(tmp_path / "c.toml"),
                         "--joint-names", "shoulder")
     assert code == 2 and "1 names for the arm's 2 joints" in err and not (tmp_path / "c.toml").exists()
+
+
+def test_html_report_is_self_contained_and_renders(setup, capsys, tmp_path):
+    """--html writes one page with no external resource: its figures are PNGs embedded as data
+    URIs that decode to real, non-blank images (torques on both parts, residual histograms and
+    spectra), its tables hold the verdict and the parameters, and it embeds the same report as
+    --report writes."""
+    import base64
+    import html.parser
+    import io
+
+    from PIL import Image
+
+    out, report, page = tmp_path / "id.toml", tmp_path / "id.json", tmp_path / "id.html"
+    code, _, err = _run(capsys, "identify", setup["log"], "--arm", setup["arm"], "--out", str(out), "--report", str(report),
+                        "--html", str(page), "--steps", "60", "--cutoff", "none")
+    assert code == 0, err
+
+    class Page(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.images, self.links, self.json, self.headings, self._in = [], [], None, [], None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "img":
+                self.images.append((a.get("alt"), a.get("src", "")))
+            if tag in ("link", "script") and (a.get("href") or a.get("src")):
+                self.links.append(a)
+            self._in = "json" if tag == "script" and a.get("id") == "report" else "h2" if tag == "h2" else None
+
+        def handle_data(self, data):
+            if self._in == "json":
+                self.json = (self.json or "") + data
+            elif self._in == "h2":
+                self.headings.append(data.strip())
+
+    parsed = Page()
+    parsed.feed(page.read_text(encoding="utf-8"))
+    assert parsed.links == []  # nothing loaded from elsewhere
+    alts = [alt for alt, _ in parsed.images]
+    assert alts == ["torques on the fitted part", "torques on the held-out part", "residual histograms", "residual spectra"]
+    for alt, src in parsed.images:
+        assert src.startswith("data:image/png;base64,"), alt
+        image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))
+        image.load()
+        pixels = np.asarray(image.convert("L"), dtype=float)
+        assert image.size[0] >= 400 and image.size[1] >= 150, (alt, image.size)
+        assert pixels.std() > 5, alt  # drawn, not blank
+    assert any(h.startswith("Verdict") for h in parsed.headings)
+    for heading in ("Decisions made from the data", "Torque errors", "Parameters", "Physical consistency", "Warnings"):
+        assert heading in parsed.headings, parsed.headings
+    assert json.loads(parsed.json) == json.loads(report.read_text())

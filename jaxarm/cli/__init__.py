@@ -160,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE.toml", help="identified arm file")
     p.add_argument("--report", metavar="FILE.json", help="JSON report: RMSE per joint, condition number, standard deviations, consistency")
     p.add_argument("--plot", metavar="FILE.png", help="measured vs predicted torques (held-out part if any)")
+    p.add_argument("--html", metavar="FILE.html", help="the report as one self-contained page to read: verdict, decisions, "
+                   "measured vs predicted torques, residual histograms and spectra, parameters, consistency")
     p.add_argument("--urdf", metavar="FILE.urdf", help="the identified arm also as URDF (inertials, damping, friction), "
                    "read back and checked against the identified torques on the log")
     p.add_argument("--mjcf", metavar="FILE.xml", help="the identified arm also as MuJoCo MJCF (inertials, armature, damping, "

@@ -105,7 +105,7 @@ def _cmd_identify(args) -> int:
     from ..model.consistency import consistency_report
 
     outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.report, "--report"), (args.plot, "--plot"),
-                                                           (args.urdf, "--urdf"), (args.mjcf, "--mjcf")) if p]
+                                                           (args.html, "--html"), (args.urdf, "--urdf"), (args.mjcf, "--mjcf")) if p]
     paths = [os.path.abspath(p) for p, _ in outputs]
     if len(set(paths)) != len(paths) or any(os.path.abspath(p) in paths for p in args.log):
         raise CommandError("--out, --report, --plot: expected distinct files, none of them the log")
@@ -125,7 +125,7 @@ def _cmd_identify(args) -> int:
     fit_from = _numbers(args.fit_from, "--fit-from")[0] if args.fit_from is not None else None
     if fit_until is not None and fit_from is not None:
         raise CommandError("--fit-until, --fit-from: give one of them (fit before T, or fit from T on)")
-    if args.plot:
+    if args.plot or args.html:
         from .plotting import require_matplotlib
 
         try:
@@ -226,7 +226,9 @@ def _cmd_identify(args) -> int:
     fit_log = preprocess(fit_raw)
     held = preprocess(held_raw, trim=0.0, filter_torque=False)
     linear, fitted, optimizer = fit(fit_log)
-    rmse_held = torque_rmse(held.tau, predict_torques(fitted, held.q, held.dq, held.ddq))
+    validated = fitted  # the model the held-out numbers and figures are about (fitted without them)
+    predicted_held = predict_torques(validated, held.q, held.dq, held.ddq)
+    rmse_held = torque_rmse(held.tau, predicted_held)
     rmse_held_start = torque_rmse(held.tau, predict_torques(arm, held.q, held.dq, held.ddq))
     if refit:
         fit_log = preprocess(raw)
@@ -292,9 +294,14 @@ def _cmd_identify(args) -> int:
         if args.plot:
             shown = held
             fmt = os.path.splitext(args.plot)[1].lstrip(".").lower() or "png"
-            files.write(args.plot, _identify_plot(fmt, shown.t, shown.tau,
-                                                  predict_torques(fitted, shown.q, shown.dq, shown.ddq),
+            files.write(args.plot, _identify_plot(fmt, shown.t, shown.tau, predicted_held,
                                                   "held-out part" + (", model fitted before it" if refit else "")))
+        if args.html:
+            from .report_html import identify_html
+
+            page = identify_html(report, fitted, fit_log, held, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq),
+                                 predicted_held)
+            files.write(args.html, lambda f: f.write(page.encode("utf-8")))
         files.commit()
     except OSError as exc:
         raise CommandError(f"cannot write the results: {_one_line(exc)}", EXIT_FAILURE) from None
