@@ -28,6 +28,7 @@ from .model import (
     consistency_report,
     load_arm,
     load_urdf,
+    urdf_joint_names,
     make_arm,
     pseudo_inertia,
     save_arm,
@@ -106,6 +107,8 @@ from .identify.consistent import (
     log_cholesky_to_pseudo_inertia,
     parameters_to_log_cholesky,
 )
+from .identify.output_error import OutputErrorFit, refine_output_error, simulation_error
+from .identify.export import ExportCheck, check_export
 from .identify.excitation import ExcitationDesign, FourierTrajectory, design_excitation, fourier_trajectory, voltage_tracking_policy
 from .identify.motors import (
     MotorIdentification,

@@ -54,7 +54,7 @@ def test_refinement_recovers_the_motion_and_the_torques(truth_and_log):
     links = truth.links
     wrong = truth.replace(links=dataclasses.replace(links, mass=np.asarray(links.mass) * np.array([1.15, 0.85])),
                           drives=dataclasses.replace(truth.drives, viscous_friction=np.asarray(truth.drives.viscous_friction) * 1.5))
-    fit = refine_output_error(wrong, log, window=0.1, iterations=40, prior_weight=0.0)
+    fit = refine_output_error(wrong, log, window=0.1, iterations=20)
     assert fit.best == 0 and fit.windows == 19 and fit.window_steps == 50
     assert np.all(fit.position_rmse < 0.01 * fit.position_rmse_start), (fit.position_rmse, fit.position_rmse_start)
     assert np.all(fit.torque_rmse < 0.01 * fit.torque_rmse_start), (fit.torque_rmse, fit.torque_rmse_start)
@@ -64,7 +64,7 @@ def test_refinement_recovers_the_motion_and_the_torques(truth_and_log):
     ours, theirs, start = (jaxarm.predict_torques(a, log.q, log.dq, log.ddq) for a in (fit.arm, truth, wrong))
     assert np.max(np.abs(ours - theirs)) < 0.03 * np.max(np.abs(start - theirs))
     # several starts at once: the true arm as a second start ends with the lowest cost and is kept
-    both = refine_output_error(wrong, log, window=0.1, iterations=3, starts=(truth,), prior_weight=0.0)
+    both = refine_output_error(wrong, log, window=0.1, iterations=3, starts=(truth,))
     assert both.best == 1 and both.cost.shape == (2,) and both.cost[1] < both.cost[0]
     assert set(both.report()) >= {"position_rmse", "torque_rmse", "cost", "best", "message"}
 

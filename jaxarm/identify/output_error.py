@@ -12,9 +12,11 @@ simulate the arm under the measured input and minimize the position error; BIRDy
    that was under feedback drifts away whatever the parameters). Each window starts from the
    measured (filtered) state and is driven by the logged torques, each sample period holding the
    mean of its two end samples, integrated by :func:`jaxarm.rollout` (RK3 at the log's rate).
-2. The residual stacks, for every window, the position error of each sample divided by
-   ``position_scale``, and (``torque_weight`` > 0) the inverse-dynamics torque error on the same
-   samples divided by each joint's RMS torque: both dimensionless, so neither half is lost.
+2. The residual stacks, for every window, the position error of each sample and (``torque_weight``
+   > 0) the inverse-dynamics torque error on the same samples, each joint's divided by the
+   starting arm's RMS error of that kind on that joint: every joint and both kinds start at 1, so
+   the fit trades relative improvements and no joint or kind is drowned by the others' units
+   (DIDIM weighs its torque and position parts for the same reason).
    A small pull towards the starting parameters (``prior_weight``) keeps directions the windows
    cannot see where the inverse-dynamics fit put them.
 3. The parameters stay physically consistent by construction: links by the log-Cholesky
@@ -52,7 +54,8 @@ class OutputErrorFit:
     ``position_rmse`` / ``position_rmse_start`` (n,) RMS simulated-minus-measured position over
     the windows [rad or m], after and before; ``torque_rmse`` / ``torque_rmse_start`` (n,) the
     inverse-dynamics torque error on the windows' samples; ``cost`` per start (final), ``best``
-    the start kept; ``iterations``; ``windows``, ``window_steps``; ``message``."""
+    the start kept; ``iterations``; ``windows``, ``window_steps``; ``position_scale`` and
+    ``torque_scale`` (n,) the errors each joint's residuals were divided by; ``message``."""
 
     arm: Arm
     position_rmse: np.ndarray
@@ -65,6 +68,8 @@ class OutputErrorFit:
     iterations: int
     windows: int
     window_steps: int
+    position_scale: np.ndarray
+    torque_scale: np.ndarray
     message: str
 
     def report(self) -> dict:
@@ -104,8 +109,8 @@ def _windows(log: Log, steps: int, stride: int) -> np.ndarray:
 
 
 def _residual(x, x_prior, template, data, cfg):
-    """Stacked residual of one parameter vector: positions (windows, steps, n) / position_scale,
-    torques (windows, steps, n) / RMS torque * sqrt(torque_weight), prior pull."""
+    """Stacked residual of one parameter vector: positions (windows, steps, n) / q_scale (n,),
+    torques (windows, steps, n) / tau_scale (n,) * sqrt(torque_weight), prior pull."""
     arm = _unpack(x, template)
     q0, qd0, u, q_meas, qd_meas, qdd_meas, tau_meas = data["q0"], data["qd0"], data["u"], data["q"], data["qd"], data["qdd"], data["tau"]
 
@@ -144,25 +149,31 @@ def _jacobians(xs, priors, template, data, cfg):
 
 
 def _levenberg_marquardt(x0s, template, data, cfg, iterations: int):
-    """``iterations`` Levenberg-Marquardt steps (Marquardt's diagonal scaling, damping divided by
-    10 after a successful step and multiplied by 4 after a failed one) from each row of x0s, all
-    starts evaluated together; returns (x, final cost, starting cost) per start."""
+    """``iterations`` Levenberg-Marquardt steps from each row of x0s, all starts evaluated
+    together; Marquardt's diagonal scaling (floored, so directions the data barely sees stay
+    damped) and Nielsen's (1999) damping update from the gain ratio of actual to predicted
+    decrease. Returns (x, final cost, starting cost) per start."""
     xs = np.array(x0s, dtype=np.float64)
     priors = jnp.asarray(x0s)
-    mu = np.full(len(xs), 1e-4)
+    mu = np.full(len(xs), 1e-3)
+    nu = np.full(len(xs), 2.0)
     r, J = (np.asarray(v) for v in _jacobians(jnp.asarray(xs), priors, template, data, cfg))
     cost0 = np.einsum("sm,sm->s", r, r)
     cost = cost0.copy()
     for _ in range(iterations):
         A = np.einsum("smp,smq->spq", J, J)
         g = np.einsum("smp,sm->sp", J, r)
-        D = np.einsum("spp->sp", A) + 1e-12 * np.max(np.einsum("spp->sp", A), axis=1, keepdims=True)
+        diag = np.einsum("spp->sp", A)
+        D = np.maximum(diag, 1e-6 * np.max(diag, axis=1, keepdims=True))
         dx = -np.linalg.solve(A + mu[:, None, None] * (D[:, :, None] * np.eye(A.shape[1])), g[..., None])[..., 0]
+        predicted = -(2.0 * np.einsum("sp,sp->s", dx, g) + np.einsum("sp,spq,sq->s", dx, A, dx))
         trial = xs + dx
         r_new = np.asarray(_residuals(jnp.asarray(trial), priors, template, data, cfg))
         cost_new = np.einsum("sm,sm->s", r_new, r_new)
-        good = np.isfinite(cost_new) & (cost_new < cost)
-        mu = np.where(good, np.maximum(mu / 10.0, 1e-12), np.minimum(mu * 4.0, 1e9))
+        rho = np.where(predicted > 0, (cost - cost_new) / np.maximum(predicted, 1e-300), -1.0)
+        good = np.isfinite(cost_new) & (rho > 0)
+        mu = np.where(good, mu * np.maximum(1.0 / 3.0, 1.0 - (2.0 * np.clip(rho, 0, 1) - 1.0) ** 3), mu * nu)
+        nu = np.where(good, 2.0, nu * 2.0)
         if good.any():
             xs = np.where(good[:, None], trial, xs)
             cost = np.where(good, cost_new, cost)
@@ -218,7 +229,7 @@ def refine_output_error(
     iterations: int = 15,
     torque_weight: float = 1.0,
     prior_weight: float = 1e-4,
-    position_scale: float = 1e-3,
+    position_scale: float | None = None,
 ) -> OutputErrorFit:
     """Refine ``arm`` so that simulations driven by the logged torques reproduce the logged
     positions (module docstring).
@@ -231,15 +242,16 @@ def refine_output_error(
         are refined at once (one ``vmap``) and the lowest final cost wins.
     iterations: Levenberg-Marquardt steps. torque_weight: weight of the torque error relative to
         the position error (0: pure output error). prior_weight: pull towards each start's own
-        free variables. position_scale: the position error that counts as much as an RMS torque
-        error [rad or m].
+        free variables. position_scale: the position error [rad or m] that counts as much as the
+        starting arm's RMS torque error on each joint (default: the starting arm's RMS position
+        error on each joint; module docstring).
     """
     func = "refine_output_error"
     if not isinstance(log, Log) or log.tau is None or log.dq is None or log.ddq is None:
         raise IdentificationError(f"{func}: log: expected a preprocessed jaxarm Log with q, dq, ddq and tau (jaxarm.preprocess_log)")
     if log.n != arm.n:
         raise IdentificationError(f"{func}: log has {log.n} joints, the arm {arm.name!r} has {arm.n}")
-    for name, value in (("window", window), ("position_scale", position_scale)):
+    for name, value in (("window", window), ("position_scale", 1.0 if position_scale is None else position_scale)):
         if not (np.isfinite(value) and value > 0):
             raise ValueError(f"{func}: {name}: expected a positive number, got {value!r}")
     for name, value in (("torque_weight", torque_weight), ("prior_weight", prior_weight)):
@@ -249,29 +261,37 @@ def refine_output_error(
         dt, steps, first, idx, u = _window_data(log, window, stride, max_windows)
     except IdentificationError as exc:
         raise IdentificationError(f"{func}: {exc}") from None
-    tau_scale = np.sqrt(np.mean(log.tau**2, axis=0))
-    data = {
-        "q0": log.q[first], "qd0": log.dq[first], "u": u,
-        "q": log.q[idx], "qd": log.dq[idx], "qdd": log.ddq[idx], "tau": log.tau[idx],
-        "q_scale": np.float64(position_scale), "tau_scale": np.where(tau_scale > 0, tau_scale, 1.0),
-    }
+    data = {"q0": log.q[first], "qd0": log.dq[first], "u": u,
+            "q": log.q[idx], "qd": log.dq[idx], "qdd": log.ddq[idx], "tau": log.tau[idx],
+            "q_scale": np.ones(arm.n), "tau_scale": np.ones(arm.n)}
+    unit = {"dt": np.float64(dt), "torque_weight": np.float64(1.0), "prior_weight": np.float64(0.0)}
+    template = jax.tree_util.tree_map(np.asarray, arm)
+    x_arm = _pack(arm)
+    shape = (len(first), steps, arm.n)
+    d = jax.tree_util.tree_map(jnp.asarray, data)
+    e_q, e_tau = _split(np.asarray(_residuals(jnp.asarray(x_arm[None]), jnp.asarray(x_arm[None]), template, d, unit))[0], shape)
+    q_rms, tau_rms = (np.sqrt(np.mean(e**2, axis=(0, 1))) for e in (e_q, e_tau))
+    if position_scale is None:  # each joint's position error relative to the starting arm's
+        q_scale = np.maximum(q_rms, 1e-9 * max(float(np.max(q_rms)), 1e-300))
+    else:
+        q_scale = np.full(arm.n, float(position_scale))
+    data["q_scale"] = q_scale
+    data["tau_scale"] = np.maximum(tau_rms, 1e-9 * max(float(np.max(tau_rms)), 1e-300))
     cfg = {"dt": np.float64(dt), "torque_weight": np.float64(torque_weight), "prior_weight": np.float64(prior_weight)}
     candidates = [arm, *starts]
     for k, other in enumerate(candidates[1:]):
         if not isinstance(other, Arm) or other.n != arm.n or other.joint_types != arm.joint_types:
             raise ValueError(f"{func}: starts[{k}]: expected an Arm like {arm.name!r}")
-    x0s = np.stack([_pack(a) for a in candidates])
-    template = jax.tree_util.tree_map(np.asarray, arm)
+    x0s = np.stack([x_arm] + [_pack(a) for a in candidates[1:]])
     d = jax.tree_util.tree_map(jnp.asarray, data)
     xs, cost, cost_start = _levenberg_marquardt(x0s, template, d, cfg, int(iterations))
     if not np.any(np.isfinite(cost)):
         raise IdentificationError(f"{func}: every simulation diverged; shorten the window")
     best = int(np.nanargmin(cost))
     fitted = jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), _unpack(jnp.asarray(xs[best]), template))
-    shape = (len(first), steps, arm.n)
     cfg_plain = {**cfg, "torque_weight": np.float64(1.0), "prior_weight": np.float64(0.0)}
-    after = _split(np.asarray(_residual(jnp.asarray(xs[best]), jnp.asarray(x0s[best]), template, d, cfg_plain)), shape)
-    before = _split(np.asarray(_residual(jnp.asarray(x0s[0]), jnp.asarray(x0s[0]), template, d, cfg_plain)), shape)
+    after, before = (_split(r, shape) for r in np.asarray(_residuals(jnp.asarray(np.stack([xs[best], x0s[0]])),
+                                                                        jnp.asarray(np.stack([x0s[best], x0s[0]])), template, d, cfg_plain)))
 
     def rms(e, scale):
         return np.sqrt(np.mean(np.square(e * scale), axis=(0, 1)))
@@ -279,10 +299,10 @@ def refine_output_error(
     improved = cost[best] < cost_start[best]
     return OutputErrorFit(
         arm=fitted,
-        position_rmse=rms(after[0], position_scale), position_rmse_start=rms(before[0], position_scale),
+        position_rmse=rms(after[0], q_scale), position_rmse_start=rms(before[0], q_scale),
         torque_rmse=rms(after[1], data["tau_scale"]), torque_rmse_start=rms(before[1], data["tau_scale"]),
         cost=cost, cost_start=cost_start, best=best, iterations=int(iterations),
-        windows=len(first), window_steps=steps,
+        windows=len(first), window_steps=steps, position_scale=q_scale, torque_scale=data["tau_scale"],
         message=(f"start {best} kept: cost {cost_start[best]:.4g} -> {cost[best]:.4g}" if improved
                  else "no start improved on its cost; the arm is returned unchanged"),
     )

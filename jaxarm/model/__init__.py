@@ -6,4 +6,4 @@ from .arm import DH, Arm, Drives, Limits, Links, Payload, Placements, body_model
 from .arm_files import ArmFileError, PhysicalConsistencyWarning, bundled_arms, load_arm, save_arm
 from .consistency import LinkConsistency, check_link, consistency_report, pseudo_inertia
 from .mjcf import save_mjcf, to_mjcf
-from .urdf import UrdfError, load_urdf, save_urdf
+from .urdf import UrdfError, load_urdf, save_urdf, urdf_joint_names
