@@ -87,7 +87,12 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     log = load_log(setup["log"], fitted)
     fit_log = preprocess_log(log.slice(None, 2.2), cutoff=cutoff)
     prior = with_coulomb_scale(jaxarm.load_arm(setup["arm"]), scale)
-    fit = ci.fit_consistent(prior, fit_log.q, fit_log.dq, fit_log.ddq, fit_log.tau, max_steps=60)
+    # the regularization weight was chosen by validation (every candidate reported, the best kept)
+    reg = rep["regularization"]
+    assert reg["chosen"] and len(reg["candidates"]) == 4
+    lowest = min(c["score"] for c in reg["candidates"])
+    assert reg["weight"] == max(c["weight"] for c in reg["candidates"] if c["score"] <= 1.01 * lowest)
+    fit = ci.fit_consistent(prior, fit_log.q, fit_log.dq, fit_log.ddq, fit_log.tau, max_steps=60, regularization=reg["weight"])
     rng = np.random.default_rng(2)
     states = rng.uniform(-2, 2, (3, 50, 2))
     f = jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))

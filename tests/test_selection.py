@@ -4,10 +4,14 @@ friction shape that generated the data."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from helpers import random_arm
+
+import jaxarm
 from jaxarm.identify.fit import predict_torques
 from jaxarm.identify.linear_model import IdentificationError
 from jaxarm.identify.selection import select_preprocessing, with_coulomb_scale
@@ -79,3 +83,31 @@ def test_too_short_or_without_torques_is_refused(arm):
         select_preprocessing(arm, Log(t=log.t, q=log.q, dq=log.dq))
     with pytest.raises(ValueError, match="folds"):
         select_preprocessing(arm, log, folds=1)
+
+
+def test_regularization_weight_is_chosen_by_validation():
+    """A clean log of a known arm from a wrong prior: the weight is chosen among the candidates by
+    the error on the held-out end of the log; a large pull towards the wrong prior validates
+    worse than a small one, so it is not chosen; the rule prefers the largest weight within the
+    tolerance of the lowest error."""
+    from jaxarm.identify.selection import select_regularization
+
+    truth = random_arm(5, "RR", drives=True)
+    rng = np.random.default_rng(0)
+    t = np.arange(0.0, 4.0, 1 / 200)
+    w = 2 * np.pi * np.array([[0.4, 0.9], [0.7, 1.3]])
+    q = np.stack([0.6 * np.sin(w[j, 0] * t) + 0.3 * np.sin(w[j, 1] * t + j) for j in range(2)], axis=1)
+    qd = np.stack([0.6 * w[j, 0] * np.cos(w[j, 0] * t) + 0.3 * w[j, 1] * np.cos(w[j, 1] * t + j) for j in range(2)], axis=1)
+    qdd = np.stack([-0.6 * w[j, 0] ** 2 * np.sin(w[j, 0] * t) - 0.3 * w[j, 1] ** 2 * np.sin(w[j, 1] * t + j) for j in range(2)], axis=1)
+    tau = np.asarray(jaxarm.predict_torques(truth, q, qd, qdd)) + 0.01 * rng.normal(size=q.shape)
+    log = Log(t=t, q=q, dq=qd, ddq=qdd, tau=tau, source="clean")
+    prior = truth.replace(links=dataclasses.replace(truth.links, mass=np.asarray(truth.links.mass) * 1.5))
+    choice = select_regularization(prior, log, weights=(1e-4, 1e-2, 10.0), max_steps=100)
+    scores = {r["weight"]: r["score"] for r in choice.rows}
+    assert scores[10.0] > 2 * min(scores.values())  # pulled to the wrong prior: worse on held-out data
+    assert choice.weight != 10.0
+    lowest = min(scores.values())
+    assert choice.weight == max(w for w, s in scores.items() if s <= 1.01 * lowest)
+    assert "chosen by validation" in choice.reason()
+    with pytest.raises(ValueError, match="holdout"):
+        select_regularization(prior, log, holdout=1.5)

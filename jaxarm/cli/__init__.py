@@ -183,8 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", metavar="HZ", help="resample to this uniform rate (default: the log's median rate)")
     p.add_argument("--cutoff", metavar="HZ", help="zero-phase Butterworth low-pass of q, dq, tau before differentiating, or 'none' "
                    "(default: chosen from the log by blocked cross-validation, with the Coulomb friction shape)")
-    p.add_argument("--steps", metavar="N", help="L-BFGS iterations of the consistent fit (default 500)")
-    p.add_argument("--regularization", default="1e-3", metavar="W", help="weight of the pull towards ARM's values (default 1e-3)")
+    p.add_argument("--steps", metavar="N", help="most L-BFGS iterations of the consistent fit (default 2000; it stops when converged)")
+    p.add_argument("--regularization", metavar="W", help="weight of the pull towards ARM's values (default: chosen among "
+                   "1e-4 .. 1e-1 by the validation error on the last fifth of the fitted part)")
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_identify)
 

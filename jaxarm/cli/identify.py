@@ -100,7 +100,7 @@ def _cmd_identify(args) -> int:
     from ..identify.logs import Log, LogError, load_log, preprocess_log
     from ..identify.diagnostics import conditioning_warning, identifiability, log_warnings
     from ..identify.export import check_export
-    from ..identify.selection import select_preprocessing, with_coulomb_scale
+    from ..identify.selection import select_preprocessing, select_regularization, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
 
@@ -114,9 +114,9 @@ def _cmd_identify(args) -> int:
     if args.method == "linear" and args.friction == "sigmoid":
         raise CommandError("--friction sigmoid: the sigmoid model is not linear in its parameters; use --method consistent "
                            "(--method linear keeps the arm's own sigmoid friction as known)")
-    steps = int(_positive(args.steps, "--steps", "a number of iterations")) if args.steps is not None else 500
-    regularization = _numbers(args.regularization, "--regularization")[0]
-    if regularization < 0:
+    steps = int(_positive(args.steps, "--steps", "a number of iterations")) if args.steps is not None else 2000
+    regularization = _numbers(args.regularization, "--regularization")[0] if args.regularization is not None else None
+    if regularization is not None and regularization < 0:
         raise CommandError(f"--regularization: expected a weight >= 0, got {regularization:g}")
     rate = _positive(args.rate, "--rate", "a sample rate [Hz]") if args.rate is not None else None
     no_filter = args.cutoff is not None and str(args.cutoff).strip().lower() == "none"
@@ -225,6 +225,19 @@ def _cmd_identify(args) -> int:
 
     fit_log = preprocess(fit_raw)
     held = preprocess(held_raw, trim=0.0, filter_torque=False)
+    reg_choice = None
+    if regularization is None:
+        if args.method == "consistent":  # chosen on the fitted part only, then kept for the refit
+            try:
+                reg_choice = select_regularization(start, fit_log, friction=friction, max_steps=min(steps, 200))
+            except (IdentificationError, ValueError) as exc:
+                notes.append(f"regularization 1e-3 (the log is too short to choose it by validation: {_one_line(exc)})")
+                regularization = 1e-3
+            else:
+                regularization = reg_choice.weight
+                notes.append(reg_choice.reason())
+        else:
+            regularization = 0.0
     linear, fitted, optimizer = fit(fit_log)
     validated = fitted  # the model the held-out numbers and figures are about (fitted without them)
     predicted_held = predict_torques(validated, held.q, held.dq, held.ddq)
@@ -258,6 +271,9 @@ def _cmd_identify(args) -> int:
                        "how": ("default: the last quarter held out, then the arm refitted on the whole log" if refit
                                else "--fit-from: fitted on t >= T only" if fit_from is not None else "--fit-until: fitted on t < T only")},
         "selection": None if choice is None else {"reason": choice.reason(), "folds": choice.folds, "candidates": choice.table()},
+        "regularization": {"weight": regularization, "chosen": reg_choice is not None,
+                           "reason": None if reg_choice is None else reg_choice.reason(),
+                           "candidates": None if reg_choice is None else list(reg_choice.rows)},
         "preprocessing": {k: (v if isinstance(v, (int, float, str, bool, type(None), list)) else str(v)) for k, v in fit_log.info.items()},
         "samples": {"fit": len(fit_log), "heldout": len(held)},
         "rmse": {"fit": rmse_fit.tolist(), "heldout": rmse_held.tolist(),

@@ -129,6 +129,11 @@ def identify_html(report: dict, fitted, fit_log, held_log, predicted_fit, predic
     pre = report["preprocessing"]
     parts.append(f"<li>Filter: {html.escape(str(pre.get('cutoff')))} Hz cutoff; velocities "
                  f"{html.escape(str(pre.get('velocity')))}; rate {_fmt(pre.get('rate'))} Hz.</li>")
+    reg = report.get("regularization") or {}
+    if reg.get("reason"):
+        parts.append(f"<li>{html.escape(reg['reason'])}.</li>")
+    elif reg.get("weight") is not None:
+        parts.append(f"<li>Regularization weight {_fmt(reg['weight'])} (given).</li>")
     parts.append(f"<li>Coulomb friction shape per joint (velocity scale, 0 = sign): {html.escape(str(report['coulomb_velocity_scale']))}.</li></ul>")
     if report.get("selection"):
         cands = report["selection"]["candidates"]
