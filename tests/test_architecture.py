@@ -1,7 +1,8 @@
 """The package's layers (ARCHITECTURE.md): imports flow one way, from higher layers to lower ones.
 
-core -> model -> dynamics -> simulate -> {identify, control} -> cli. A module may import from its
-own layer and any lower one, never from a higher one; identify and control never import each other.
+core -> model -> dynamics -> simulate -> {identify, estimate, control} -> cli. A module may import from
+its own layer and any lower one, never from a higher one; identify, estimate and control never import
+each other.
 Every import is checked, also those inside functions (deferred imports), by reading the source.
 """
 
@@ -13,7 +14,7 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "jaxarm"
-LAYERS = {"core": 0, "model": 1, "dynamics": 2, "simulate": 3, "identify": 4, "control": 4, "cli": 5}
+LAYERS = {"core": 0, "model": 1, "dynamics": 2, "simulate": 3, "identify": 4, "estimate": 4, "control": 4, "cli": 5}
 
 
 def _modules():

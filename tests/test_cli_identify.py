@@ -89,10 +89,15 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     prior = with_coulomb_scale(jaxarm.load_arm(setup["arm"]), scale)
     # the regularization weight was chosen by validation (every candidate reported, the best kept)
     reg = rep["regularization"]
-    assert reg["chosen"] and len(reg["candidates"]) == 4
+    # with the friction model (viscous-Coulomb or sigmoid: 2 x 4 candidates)
+    assert reg["chosen"] and len(reg["candidates"]) == 8
+    assert {c["friction"] for c in reg["candidates"]} == {"viscous-coulomb", "sigmoid"}
     lowest = min(c["score"] for c in reg["candidates"])
-    assert reg["weight"] == max(c["weight"] for c in reg["candidates"] if c["score"] <= 1.01 * lowest)
-    fit = ci.fit_consistent(prior, fit_log.q, fit_log.dq, fit_log.ddq, fit_log.tau, max_steps=60, regularization=reg["weight"])
+    close = [c for c in reg["candidates"] if c["score"] <= 1.01 * lowest]
+    best = min(close, key=lambda c: (c["friction"] != "viscous-coulomb", -c["weight"]))
+    assert (reg["weight"], rep["friction"]) == (best["weight"], best["friction"])
+    fit = ci.fit_consistent(prior, fit_log.q, fit_log.dq, fit_log.ddq, fit_log.tau, max_steps=60, regularization=reg["weight"],
+                            friction=rep["friction"])
     rng = np.random.default_rng(2)
     states = rng.uniform(-2, 2, (3, 50, 2))
     f = jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))

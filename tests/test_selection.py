@@ -111,3 +111,5 @@ def test_regularization_weight_is_chosen_by_validation():
     assert "chosen by validation" in choice.reason()
     with pytest.raises(ValueError, match="holdout"):
         select_regularization(prior, log, holdout=1.5)
+    with pytest.raises(ValueError, match="frictions"):
+        select_regularization(prior, log, frictions=("stribeck",))

@@ -100,7 +100,8 @@ def _cmd_identify(args) -> int:
     from ..identify.logs import Log, LogError, load_log, preprocess_log
     from ..identify.diagnostics import conditioning_warning, identifiability, log_warnings
     from ..identify.export import check_export
-    from ..identify.selection import select_preprocessing, select_regularization, with_coulomb_scale
+    from ..identify.consistent import FRICTION_MODELS
+    from ..identify.selection import REGULARIZATION_WEIGHTS, select_preprocessing, select_regularization, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
 
@@ -226,18 +227,22 @@ def _cmd_identify(args) -> int:
     fit_log = preprocess(fit_raw)
     held = preprocess(held_raw, trim=0.0, filter_torque=False)
     reg_choice = None
-    if regularization is None:
-        if args.method == "consistent":  # chosen on the fitted part only, then kept for the refit
+    if args.method == "consistent":
+        # whatever the user did not give is chosen by validation on the fitted part only
+        weights = REGULARIZATION_WEIGHTS if regularization is None else (regularization,)
+        frictions = FRICTION_MODELS if args.friction is None else (args.friction,)
+        if len(weights) * len(frictions) > 1:
             try:
-                reg_choice = select_regularization(start, fit_log, friction=friction, max_steps=min(steps, 200))
+                reg_choice = select_regularization(start, fit_log, weights=weights, frictions=frictions, max_steps=min(steps, 200))
             except (IdentificationError, ValueError) as exc:
-                notes.append(f"regularization 1e-3 (the log is too short to choose it by validation: {_one_line(exc)})")
-                regularization = 1e-3
+                notes.append(f"{friction} friction, regularization 1e-3 (the log is too short to choose them by validation: "
+                             f"{_one_line(exc)})")
+                regularization = 1e-3 if regularization is None else regularization
             else:
-                regularization = reg_choice.weight
+                regularization, friction = reg_choice.weight, reg_choice.friction
                 notes.append(reg_choice.reason())
-        else:
-            regularization = 0.0
+    elif regularization is None:
+        regularization = 0.0
     linear, fitted, optimizer = fit(fit_log)
     validated = fitted  # the model the held-out numbers and figures are about (fitted without them)
     predicted_held = predict_torques(validated, held.q, held.dq, held.ddq)

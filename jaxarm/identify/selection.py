@@ -195,39 +195,52 @@ REGULARIZATION_WEIGHTS = (1e-4, 1e-3, 1e-2, 1e-1)  # below 1e-4 the Panda fit ne
 
 @dataclasses.dataclass(frozen=True)
 class RegularizationChoice:
-    """The chosen weight of the consistent fit's pull towards the prior, with every candidate's
-    validation error: ``rows`` of {"weight", "score", "validation_rmse"} (score: mean over joints
-    of RMSE / RMS torque on the validation block)."""
+    """The chosen friction model and weight of the consistent fit's pull towards the prior, with
+    every candidate's validation error: ``rows`` of {"friction", "weight", "score",
+    "validation_rmse"} (score: mean over joints of RMSE / RMS torque on the validation block)."""
 
     weight: float
     rows: tuple
     validation_seconds: float
     tolerance: float = 0.01
+    friction: str = "viscous-coulomb"
 
     def reason(self) -> str:
-        others = ", ".join(f"{r['weight']:g}: {r['score']:.4f}" for r in self.rows if r["weight"] != self.weight)
-        best = next(r for r in self.rows if r["weight"] == self.weight)
-        return (f"regularization weight {self.weight:g} chosen by validation on the last {self.validation_seconds:.3g} s of the "
-                f"fitted part (the largest within {100 * self.tolerance:g} % of the lowest error): relative validation error "
-                f"{best['score']:.4f} ({others})")
+        frictions = list(dict.fromkeys(r["friction"] for r in self.rows))
+        label = (lambda r: f"{r['friction']} {r['weight']:g}") if len(frictions) > 1 else (lambda r: f"{r['weight']:g}")
+        best = next(r for r in self.rows if r["weight"] == self.weight and r["friction"] == self.friction)
+        others = ", ".join(f"{label(r)}: {r['score']:.4f}" for r in self.rows if r is not best)
+        what = (f"{self.friction} friction and regularization weight {self.weight:g}" if len(frictions) > 1
+                else f"regularization weight {self.weight:g}")
+        return (f"{what} chosen by validation on the last {self.validation_seconds:.3g} s of the fitted part (of the "
+                f"candidates within {100 * self.tolerance:g} % of the lowest error, the simplest friction model and the "
+                f"largest weight): relative validation error {best['score']:.4f} ({others})")
 
 
-def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS, friction: str = "viscous-coulomb",
+def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS, frictions=("viscous-coulomb",),
                           holdout: float = 0.2, max_steps: int = 200, tolerance: float = 0.01) -> RegularizationChoice:
-    """Choose the consistent fit's regularization weight (:func:`jaxarm.fit_consistent`) by the
-    error on held-out data: every weight is fitted on the first ``1 - holdout`` of the preprocessed
-    ``log`` and scored on its last ``holdout``, a gap of the filter's memory (order / cutoff
-    seconds, from ``log.info``) left out between them so no filtered sample that saw the validation
-    block reaches the fit. Too small a weight lets noise move the directions the data barely sees;
-    too large a one keeps the prior's errors. The largest weight whose validation error is within
-    ``tolerance`` (relative) of the lowest is chosen."""
-    from .consistent import PriorNudgedWarning, fit_consistent
+    """Choose the consistent fit's friction model and regularization weight
+    (:func:`jaxarm.fit_consistent`) by the error on held-out data: every (friction, weight) pair is
+    fitted on the first ``1 - holdout`` of the preprocessed ``log`` and scored on its last
+    ``holdout``, a gap of the filter's memory (order / cutoff seconds, from ``log.info``) left out
+    between them so no filtered sample that saw the validation block reaches the fit. Too small a
+    weight lets noise move the directions the data barely sees; too large a one keeps the prior's
+    errors. Of the candidates whose validation error is within ``tolerance`` (relative) of the
+    lowest, the one with the friction model listed first in ``frictions`` (list the simplest
+    first) and then the largest weight is chosen: the simplest model that does as well (the
+    "one-standard-error" rule, Hastie, Tibshirani & Friedman 2009, Sec. 7.10)."""
+    import warnings
+
+    from .consistent import FRICTION_MODELS, PriorNudgedWarning, fit_consistent
     from .fit import predict_torques
 
     if not isinstance(log, Log) or log.tau is None or log.ddq is None:
         raise IdentificationError("select_regularization: log: expected a preprocessed jaxarm Log with q, dq, ddq and tau")
     if not 0 < holdout < 1:
         raise ValueError(f"select_regularization: holdout: expected a fraction in (0, 1), got {holdout!r}")
+    frictions = tuple(frictions)
+    if not frictions or any(f not in FRICTION_MODELS for f in frictions):
+        raise ValueError(f"select_regularization: frictions: expected some of {FRICTION_MODELS}, got {frictions!r}")
     cutoff, order = log.info.get("cutoff"), int(log.info.get("order", 4) or 4)
     memory = order / cutoff if cutoff else 0.0
     split = log.t[0] + (1 - holdout) * log.duration
@@ -238,18 +251,16 @@ def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS,
     scale = np.sqrt(np.mean(held.tau**2, axis=0))
     scale = np.where(scale > 0, scale, 1.0)
     rows = []
-    import warnings
-
-    for w in weights:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PriorNudgedWarning)  # said once by the final fit
-            fit = fit_consistent(arm, fit_part.q, fit_part.dq, fit_part.ddq, fit_part.tau, friction=friction,
-                                 regularization=float(w), max_steps=max_steps, repair=True)
-        rmse = np.sqrt(np.mean((predict_torques(fit.arm, held.q, held.dq, held.ddq) - held.tau) ** 2, axis=0))
-        rows.append({"weight": float(w), "score": float(np.mean(rmse / scale)), "validation_rmse": rmse.tolist()})
-    # Among weights the validation cannot tell apart (within ``tolerance`` of the lowest error) the
-    # largest: the most regularized model that does as well, and the best-conditioned fit (the
-    # "one-standard-error" rule, Hastie, Tibshirani & Friedman 2009, Sec. 7.10).
+    for friction in frictions:
+        for w in weights:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PriorNudgedWarning)  # said once by the final fit
+                fit = fit_consistent(arm, fit_part.q, fit_part.dq, fit_part.ddq, fit_part.tau, friction=friction,
+                                     regularization=float(w), max_steps=max_steps, repair=True)
+            rmse = np.sqrt(np.mean((predict_torques(fit.arm, held.q, held.dq, held.ddq) - held.tau) ** 2, axis=0))
+            rows.append({"friction": friction, "weight": float(w), "score": float(np.mean(rmse / scale)),
+                         "validation_rmse": rmse.tolist()})
     lowest = min(r["score"] for r in rows)
-    best = max((r for r in rows if r["score"] <= (1 + tolerance) * lowest), key=lambda r: r["weight"])
-    return RegularizationChoice(best["weight"], tuple(rows), float(held.duration), float(tolerance))
+    close = [r for r in rows if r["score"] <= (1 + tolerance) * lowest]
+    best = min(close, key=lambda r: (frictions.index(r["friction"]), -r["weight"]))
+    return RegularizationChoice(best["weight"], tuple(rows), float(held.duration), float(tolerance), best["friction"])
