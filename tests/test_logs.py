@@ -460,3 +460,11 @@ def test_columns_named_after_the_joints(tmp_path):
         load_log(path, arm, joint_names=("hip", "knee", "ankle"))
     with pytest.raises(LogError, match="no position column for joint 'ankle'"):
         load_log(path, joint_names=("hip", "ankle"))
+
+
+def test_an_empty_numeric_column_is_not_mistaken_for_text(tmp_path):
+    """A column of NaNs (a channel never written) is reported as NaN values by line, as before the
+    reader learned to keep text columns."""
+    path = _write_csv(tmp_path / "nan.csv", ["t", "q1", "tau1"], [[0.0, 0.1, "nan"], [0.001, 0.2, "nan"]])
+    with pytest.raises(LogError, match="NaN/inf values"):
+        load_log(path)

@@ -271,8 +271,18 @@ def _read_csv(path: Path) -> dict:
         with open(path, newline="") as f:
             rows = list(csv.reader(f))[1:]
         for k in text:
-            columns[names[k]] = np.array([row[k].strip() if k < len(row) else "" for row in rows if row], dtype=str)
+            words = np.array([row[k].strip() if k < len(row) else "" for row in rows if row], dtype=str)
+            if not all(_number_or_empty(w) for w in words):  # an all-NaN numeric column stays numeric
+                columns[names[k]] = words
     return columns
+
+
+def _number_or_empty(word: str) -> bool:
+    try:
+        float(word or "nan")
+    except ValueError:
+        return False
+    return True
 
 
 def _read_npz(path: Path) -> dict:
