@@ -110,6 +110,7 @@ from .identify.consistent import (
 from .estimate import MomentumObserver, detect_contact, detection_threshold, momentum_observer
 from .identify.output_error import OutputErrorFit, refine_output_error, simulation_error
 from .identify.export import ExportCheck, check_export
+from .identify.payload import PayloadIdentification, identify_payload
 from .identify.excitation import ExcitationDesign, FourierTrajectory, design_excitation, fourier_trajectory, voltage_tracking_policy
 from .identify.motors import (
     MotorIdentification,

@@ -49,6 +49,7 @@ from .export import _cmd_export
 from .forward import _cmd_forward
 from .identify import IDENTIFY_METHODS, _cmd_identify
 from .info import _cmd_info
+from .payload import _cmd_identify_payload
 from .inverse import _cmd_inverse
 from .plot import _cmd_plot
 from .simulate import _cmd_simulate
@@ -189,6 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_identify)
 
+    p = sub.add_parser("identify-payload", help="identify a payload held by the tool from a log with it attached",
+                       description="fit the mass, centre of mass and inertia of a payload held by ARM's tool to a torque log "
+                       "(optionally the difference with a log of the same motion without it); write ARM holding the payload")
+    p.add_argument("log", metavar="LOG", help="log (.csv or .npz) with t, q*, dq*, tau* of a motion with the payload")
+    p.add_argument("--arm", required=True, metavar="ARM", help="the (identified) arm: bundled name, .toml or .urdf")
+    p.add_argument("--out", required=True, metavar="FILE.toml", help="the arm file holding the identified payload")
+    p.add_argument("--baseline", metavar="LOG0", help="a log of the same motion without the payload: the difference of "
+                   "the two logs is fitted, which cancels the arm model's own errors")
+    p.add_argument("--report", metavar="FILE.json", help="JSON report: parameters, standard deviations, consistency")
+    p.add_argument("--cutoff", metavar="HZ", help="low-pass cutoff or 'none' (default: chosen from the log)")
+    p.add_argument("--columns", metavar="MAP", help="the log's column names (see jaxarm identify --help)")
+    p.add_argument("--joint-names", metavar="NAMES", help="joint names to read the log by (see jaxarm identify --help)")
+    p.add_argument("--angles", choices=["radians", "degrees"], default="radians", help="unit of the revolute joints' q, dq")
+    p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
+    p.set_defaults(func=_cmd_identify_payload)
+
     p = sub.add_parser("plot", help="plot a saved run", description="plot a saved run (jaxarm simulate --out)")
     p.add_argument("results", metavar="RESULTS.npz")
     p.add_argument("--out", metavar="FILE.png", help="image file (default: RESULTS with .png)")
@@ -238,7 +255,7 @@ def main(argv=None) -> int:
         parser = build_parser()
         args = parser.parse_args(_protect_negative_numbers(argv))
         if getattr(args, "func", None) is None:
-            raise CommandError("expected a command: info, inverse, forward, simulate, export, plot or identify (see 'jaxarm --help')")
+            raise CommandError("expected a command: info, inverse, forward, simulate, export, plot, identify or identify-payload (see 'jaxarm --help')")
         code = args.func(args)
         note = getattr(args, "_note", None)
         if note:
