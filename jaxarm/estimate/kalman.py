@@ -1,0 +1,177 @@
+"""Extended Kalman filter on the arm's discrete dynamics (NASA simulation report, appendix E:
+estimation beside identification and control; Simon 2006, Ch. 13).
+
+State x = (q, qd) (2n), optionally augmented with external joint torques e (n) that follow a
+random walk. Between samples the state moves by one integrator step of :func:`jaxarm.rollout`
+under the applied joint torque u (plus e), and the torque is uncertain: u + w with w ~ N(0,
+diag(torque_std^2)), the dominant process noise of a real arm (unmodelled friction, torque ripple,
+model error), mapped into the state by the step's input Jacobian G. Measurements are joint
+positions (encoders; quantization of step D adds D^2 / 12 to the variance) and optionally joint
+velocities. Jacobians by forward-mode autodiff of the same step; covariance update in Joseph form.
+One ``lax.scan`` per log; ``vmap`` batches logs or filter settings.
+
+    predict: x- = f(x, u), P- = F P F^T + G W G^T (+ e's random walk)
+    update:  K = P- H^T (H P- H^T + R)^-1, x = x- + K (z - H x-), P = (I - K H) P- (I - K H)^T + K R K^T
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..core.xla import jit
+from ..dynamics.forward import _forward_dynamics
+from ..model import checks
+from ..model.arm import Arm
+from ..simulate import integrators
+
+MEASUREMENTS = (("q",), ("q", "qd"))
+
+
+def _transition(arm: Arm, x, u, dt, method, external: bool):
+    """x_{k+1} of x_k under the torque u held over the step (external torques added, kept)."""
+    n = arm.n
+    q, qd = x[:n], x[n:2 * n]
+    tau = u + x[2 * n:] if external else u
+    q1, qd1, _ = integrators.get_method(method)(lambda t, a, b: _forward_dynamics(arm, a, b, tau), 0.0, q, qd, dt)
+    return jnp.concatenate([q1, qd1, x[2 * n:]]) if external else jnp.concatenate([q1, qd1])
+
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class _Config:
+    method: str
+    external: bool
+    measure: tuple
+
+
+@jit
+def _filter(arm, u, z, x0, P0, dt, torque_var, external_var, R, cfg: _Config):
+    n = arm.n
+    d = x0.shape[0]
+    m = z.shape[1]
+    H = jnp.eye(m, d, dtype=x0.dtype)  # measured: the first m state components (q, or q and qd)
+    Qe = jnp.zeros((d, d), x0.dtype)
+    if cfg.external:
+        Qe = Qe.at[2 * n:, 2 * n:].set(jnp.diag(external_var * dt))
+
+    def update(x, P, zk):
+        S = H @ P @ H.T + R
+        K = jnp.linalg.solve(S, H @ P).T  # P H^T S^-1 (S, P symmetric)
+        innovation = zk - H @ x
+        x = x + K @ innovation
+        A = jnp.eye(d, dtype=x.dtype) - K @ H
+        P = A @ P @ A.T + K @ R @ K.T
+        nis = innovation @ jnp.linalg.solve(S, innovation)
+        return x, 0.5 * (P + P.T), nis
+
+    x, P, nis0 = update(x0, P0, z[0])
+
+    def step(carry, inputs):
+        x, P = carry
+        uk, zk = inputs
+        f = lambda xx, uu: _transition(arm, xx, uu, dt, cfg.method, cfg.external)  # noqa: E731
+        F, G = jax.jacfwd(f, argnums=(0, 1))(x, uk)
+        x_pred = f(x, uk)
+        P_pred = F @ P @ F.T + G @ jnp.diag(torque_var) @ G.T + Qe
+        x, P, nis = update(x_pred, P_pred, zk)
+        return (x, P), (x, P, nis)
+
+    _, (xs, Ps, nis) = jax.lax.scan(step, (x, P), (u, z[1:]))
+    return (jnp.concatenate([x[None], xs]), jnp.concatenate([P[None], Ps]), jnp.concatenate([nis0[None], nis]))
+
+
+@dataclasses.dataclass(frozen=True)
+class KalmanEstimate:
+    """Result of :func:`extended_kalman_filter`: ``q``, ``qd`` (N, n) filtered states,
+    ``external`` (N, n) external joint torques (None unless estimated), ``covariance`` (N, d, d)
+    of the state (q, qd[, e]), ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,) normalized
+    innovation squared (chi-square with as many degrees of freedom as measurements when the noise
+    model is right)."""
+
+    q: np.ndarray
+    qd: np.ndarray
+    external: np.ndarray | None
+    covariance: np.ndarray
+    std: np.ndarray
+    nis: np.ndarray
+
+
+def extended_kalman_filter(
+    arm: Arm,
+    u,
+    z,
+    *,
+    dt: float,
+    q0,
+    qd0=None,
+    torque_std=0.1,
+    position_std=1e-4,
+    velocity_std=None,
+    quantization=0.0,
+    measure=("q",),
+    external_std=None,
+    initial_std=None,
+    method: str = "rk3",
+) -> KalmanEstimate:
+    """Filter the states of ``arm`` (module docstring) from applied joint torques ``u`` (N - 1, n),
+    held over each step of ``dt`` seconds, and measurements ``z`` (N, m) at the N sample times:
+    positions (``measure=("q",)``, m = n) or positions and velocities (``("q", "qd")``, m = 2n).
+
+    torque_std (scalar or (n,)): the standard deviation of the torque the arm feels around ``u``
+    [N m]; position_std, velocity_std: sensor noise [rad, rad/s]; quantization: the encoders' step
+    [rad] (adds step^2 / 12). external_std (scalar or (n,), N m / sqrt(s)): estimate external joint
+    torques as a random walk of this intensity. q0, qd0 (default 0): the starting estimate, with
+    standard deviations ``initial_std`` (d,) (default: 10 x position_std for q, 1 rad/s for qd,
+    10 x torque_std for e).
+    """
+    func = "extended_kalman_filter"
+    checks.check_arm(arm, func)
+    measure = tuple(measure)
+    if measure not in MEASUREMENTS:
+        raise ValueError(f"{func}: measure: expected one of {MEASUREMENTS}, got {measure!r}")
+    n = arm.n
+    u = np.asarray(u, dtype=float)
+    z = np.asarray(z, dtype=float)
+    m = n * len(measure)
+    if z.ndim != 2 or z.shape[1] != m or z.shape[0] < 2:
+        raise ValueError(f"{func}: z: expected shape (N, {m}) ({' and '.join(measure)} of {n} joints), got {z.shape}")
+    if u.shape != (z.shape[0] - 1, n):
+        raise ValueError(f"{func}: u: expected shape ({z.shape[0] - 1}, {n}), one torque per step between the samples, got {u.shape}")
+    for name, x in (("u", u), ("z", z)):
+        if not np.all(np.isfinite(x)):
+            raise ValueError(f"{func}: {name}: expected finite values")
+    if not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"{func}: dt: expected a positive time step, got {dt!r}")
+    if "qd" in measure and velocity_std is None:
+        raise ValueError(f"{func}: velocity_std: required when velocities are measured")
+
+    def positive(value, name, size):
+        v = np.broadcast_to(np.asarray(value, dtype=float), (size,)).copy()
+        if not np.all(np.isfinite(v) & (v > 0)):
+            raise ValueError(f"{func}: {name}: expected positive numbers, got {value!r}")
+        return v
+
+    torque_var = positive(torque_std, "torque_std", n) ** 2
+    pos_var = positive(position_std, "position_std", n) ** 2 + float(quantization) ** 2 / 12.0
+    R = np.diag(np.concatenate([pos_var] + ([positive(velocity_std, "velocity_std", n) ** 2] if "qd" in measure else [])))
+    external = external_std is not None
+    ext_var = positive(external_std, "external_std", n) ** 2 if external else np.zeros(n)
+    d = 3 * n if external else 2 * n
+    q0 = checks.joint_vector(q0, arm, "q0", func)
+    qd0 = jnp.zeros(n) if qd0 is None else checks.joint_vector(qd0, arm, "qd0", func)
+    x0 = np.concatenate([np.asarray(q0, float), np.asarray(qd0, float)] + ([np.zeros(n)] if external else []))
+    if initial_std is None:
+        std0 = np.concatenate([10 * np.sqrt(pos_var), np.ones(n)] + ([10 * np.sqrt(torque_var)] if external else []))
+    else:
+        std0 = positive(initial_std, "initial_std", d)
+    cfg = _Config(method=str(method), external=external, measure=measure)
+    integrators.get_method(method)
+    xs, Ps, nis = _filter(arm, jnp.asarray(u), jnp.asarray(z), jnp.asarray(x0), jnp.asarray(np.diag(std0**2)), jnp.asarray(float(dt)),
+                          jnp.asarray(torque_var), jnp.asarray(ext_var), jnp.asarray(R), cfg)
+    xs, Ps = np.asarray(xs), np.asarray(Ps)
+    return KalmanEstimate(q=xs[:, :n], qd=xs[:, n:2 * n], external=xs[:, 2 * n:] if external else None, covariance=Ps,
+                          std=np.sqrt(np.einsum("kii->ki", Ps)), nis=np.asarray(nis))
