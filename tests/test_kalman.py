@@ -95,3 +95,36 @@ def test_bad_input_is_refused(arm):
         extended_kalman_filter(arm, np.zeros((9, n)), np.zeros((10, 2 * n)), dt=DT, q0=np.zeros(n), measure=("q", "qd"))
     with pytest.raises(ValueError, match="torque_std"):
         extended_kalman_filter(arm, np.zeros((9, n)), z, dt=DT, q0=np.zeros(n), torque_std=-1.0)
+
+
+def test_estimate_command(arm, tmp_path, capsys):
+    """jaxarm estimate on a log with an external torque from step 250: writes the filtered states
+    and both external-torque estimates; with thresholds from the contact-free start, the contact
+    is detected after it begins and not before."""
+    from jaxarm import cli
+    from jaxarm.logs import Log
+
+    n = arm.n
+    external = np.array([0.0, 4.0, 0.0])
+    xs, u, z = _truth(arm, 3, external=external, external_from=250)
+    t = np.arange(STEPS + 1) * DT
+    log = Log(t=t, q=z, tau=np.vstack([u, u[-1:]]), source="sim")
+    path = jaxarm.save_log(log, tmp_path / "log.csv")
+    arm_file = jaxarm.save_arm(arm, tmp_path / "arm.toml")
+    out, plot = tmp_path / "est.npz", tmp_path / "est.png"
+    code = cli.main(["estimate", str(path), "--arm", str(arm_file), "--out", str(out), "--plot", str(plot),
+                     "--position-std", str(POSITION_STD), "--torque-std", str(TORQUE_STD), "--contact-free-until", "0.45"])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with np.load(out) as r:
+        assert r["q"].shape == (STEPS + 1, n) and r["external_kalman"].shape == (STEPS + 1, n)
+        contact = r["contact"]
+        assert not contact[:250].any() and contact[250:].any()
+        first = np.flatnonzero(contact)[0]
+        assert 250 <= first < 250 + 50, first
+        np.testing.assert_allclose(r["external_observer"][-50:].mean(axis=0), external, atol=0.5)
+        assert np.sqrt(np.mean((r["qd"][50:] - xs[50:, n:]) ** 2)) < 0.05
+    assert "contact:" in stdout and "first at" in stdout
+    code = cli.main(["estimate", str(path), "--arm", str(arm_file), "--out", str(out)])
+    assert code == 2 and "already exists" in capsys.readouterr().err

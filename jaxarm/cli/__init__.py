@@ -48,6 +48,7 @@ from .common import (
 from .export import _cmd_export
 from .forward import _cmd_forward
 from .identify import IDENTIFY_METHODS, _cmd_identify
+from .estimate import OBSERVER_GAIN, _cmd_estimate
 from .info import _cmd_info
 from .payload import _cmd_identify_payload
 from .inverse import _cmd_inverse
@@ -206,6 +207,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_identify_payload)
 
+    p = sub.add_parser("estimate", help="filtered states and external joint torques from a log",
+                       description="run an extended Kalman filter (q, qd and external joint torques) and the generalized-momentum "
+                       "observer on a log of positions and applied joint torques; write them, with contact detection, to an .npz")
+    p.add_argument("log", metavar="LOG", help="log (.csv or .npz) with t, q*, tau* (dq* optional)")
+    p.add_argument("--arm", required=True, metavar="ARM", help="the (identified) arm: bundled name, .toml or .urdf")
+    p.add_argument("--out", required=True, metavar="FILE.npz", help="t, q, qd, std, external_kalman, external_observer, contact, "
+                   "threshold, nis, torque_std")
+    p.add_argument("--plot", metavar="FILE.png", help="measured minus filtered positions and the external torque estimates")
+    p.add_argument("--position-std", metavar="RAD", help="encoder noise (default 1e-4 rad)")
+    p.add_argument("--velocity-std", metavar="RAD/S", help="also filter the logged velocities, with this noise")
+    p.add_argument("--torque-std", metavar="NM", help="torque uncertainty (default: the arm model's torque error on the log)")
+    p.add_argument("--external-std", metavar="NM", help="random-walk intensity of the external torques (default 5 N m / sqrt(s))")
+    p.add_argument("--gain", metavar="K", help=f"momentum observer gain (default {OBSERVER_GAIN:g} 1/s)")
+    p.add_argument("--contact-free-until", metavar="T", help="the log is contact-free before T: contact thresholds from it")
+    p.add_argument("--columns", metavar="MAP", help="the log's column names (see jaxarm identify --help)")
+    p.add_argument("--joint-names", metavar="NAMES", help="joint names to read the log by (see jaxarm identify --help)")
+    p.add_argument("--angles", choices=["radians", "degrees"], default="radians", help="unit of the revolute joints' q, dq")
+    p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
+    p.set_defaults(func=_cmd_estimate)
+
     p = sub.add_parser("plot", help="plot a saved run", description="plot a saved run (jaxarm simulate --out)")
     p.add_argument("results", metavar="RESULTS.npz")
     p.add_argument("--out", metavar="FILE.png", help="image file (default: RESULTS with .png)")
@@ -255,7 +276,7 @@ def main(argv=None) -> int:
         parser = build_parser()
         args = parser.parse_args(_protect_negative_numbers(argv))
         if getattr(args, "func", None) is None:
-            raise CommandError("expected a command: info, inverse, forward, simulate, export, plot, identify or identify-payload (see 'jaxarm --help')")
+            raise CommandError("expected a command: info, inverse, forward, simulate, export, plot, identify, identify-payload or estimate (see 'jaxarm --help')")
         code = args.func(args)
         note = getattr(args, "_note", None)
         if note:
