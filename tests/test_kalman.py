@@ -128,3 +128,33 @@ def test_estimate_command(arm, tmp_path, capsys):
     assert "contact:" in stdout and "first at" in stdout
     code = cli.main(["estimate", str(path), "--arm", str(arm_file), "--out", str(out)])
     assert code == 2 and "already exists" in capsys.readouterr().err
+
+
+def test_smoother_and_online_payload_mass(arm):
+    """The RTS smoother uses the whole log: its velocity error is below the filter's and its
+    errors stay consistent with its covariance; augmented with a payload's mass as a parameter
+    (joint state-parameter estimation), the filter finds a 1.5 kg load it was told might be 0.5 kg."""
+    n = arm.n
+    xs, u, z = _truth(arm, 11)
+    kw = dict(dt=DT, q0=z[0], torque_std=TORQUE_STD, position_std=POSITION_STD,
+              initial_std=np.r_[np.full(n, 3 * POSITION_STD), np.full(n, 0.05)])
+    filt = extended_kalman_filter(arm, u, z, **kw)
+    smooth = extended_kalman_filter(arm, u, z, smooth=True, **kw)
+    err = lambda est: np.sqrt(np.mean((est.qd[20:-20] - xs[20:-20, n:]) ** 2))  # noqa: E731
+    assert smooth.smoothed and err(smooth) < 0.8 * err(filt), (err(smooth), err(filt))
+    e = xs - np.concatenate([smooth.q, smooth.qd], axis=1)
+    nees = np.einsum("ki,kij,kj->k", e, np.linalg.inv(smooth.covariance), e)[20:-20]
+    assert 0.5 * 2 * n < nees.mean() < 1.5 * 2 * n, nees.mean()
+
+    com = np.array([0.0, 0.0, 0.05])
+    held = arm.replace(payload=jaxarm.Payload(mass=np.asarray(1.5), com=com, inertia=np.zeros((3, 3))))
+    xs, u, z = _truth(held, 12)
+
+    def with_mass(a, theta):
+        return a.replace(payload=jaxarm.Payload(mass=theta[0], com=jnp.asarray(com), inertia=jnp.zeros((3, 3))))
+
+    est = extended_kalman_filter(arm, u, z, parameters=with_mass, theta0=[0.5], theta_std=[1.0], **kw)
+    mass, std = est.parameters[-1, 0], est.std[-1, -1]
+    assert abs(mass - 1.5) < 0.1 and abs(mass - 1.5) < 4 * std, (mass, std)
+    with pytest.raises(ValueError, match="parameters"):
+        extended_kalman_filter(arm, u, z, parameters=with_mass, theta0=None, theta_std=[1.0], **kw)

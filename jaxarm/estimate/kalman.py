@@ -1,14 +1,16 @@
 """Extended Kalman filter on the arm's discrete dynamics (NASA simulation report, appendix E:
 estimation beside identification and control; Simon 2006, Ch. 13).
 
-State x = (q, qd) (2n), optionally augmented with external joint torques e (n) that follow a
-random walk. Between samples the state moves by one integrator step of :func:`jaxarm.rollout`
+State x = (q, qd) (2n), optionally augmented with external joint torques e (n) and with chosen
+physical parameters theta (joint state-parameter estimation, e.g. a payload's mass), both
+following random walks. Between samples the state moves by one integrator step of :func:`jaxarm.rollout`
 under the applied joint torque u (plus e), and the torque is uncertain: u + w with w ~ N(0,
 diag(torque_std^2)), the dominant process noise of a real arm (unmodelled friction, torque ripple,
 model error), mapped into the state by the step's input Jacobian G. Measurements are joint
 positions (encoders; quantization of step D adds D^2 / 12 to the variance) and optionally joint
 velocities. Jacobians by forward-mode autodiff of the same step; covariance update in Joseph form.
-One ``lax.scan`` per log; ``vmap`` batches logs or filter settings.
+One ``lax.scan`` per log; ``vmap`` batches logs or filter settings. Offline, the
+Rauch-Tung-Striebel smoother (Rauch, Tung & Striebel 1965) runs a second scan backwards.
 
     predict: x- = f(x, u), P- = F P F^T + G W G^T (+ e's random walk)
     update:  K = P- H^T (H P- H^T + R)^-1, x = x- + K (z - H x-), P = (I - K H) P- (I - K H)^T + K R K^T
@@ -31,13 +33,17 @@ from ..simulate import integrators
 MEASUREMENTS = (("q",), ("q", "qd"))
 
 
-def _transition(arm: Arm, x, u, dt, method, external: bool):
-    """x_{k+1} of x_k under the torque u held over the step (external torques added, kept)."""
+def _transition(arm: Arm, x, u, dt, method, external: bool, parameters=None):
+    """x_{k+1} of x_k under the torque u held over the step: x = (q, qd[, e][, theta]); external
+    torques e are added to u, and ``parameters(arm, theta)`` gives the arm the step uses; e and
+    theta are carried over unchanged (random walks)."""
     n = arm.n
     q, qd = x[:n], x[n:2 * n]
-    tau = u + x[2 * n:] if external else u
+    tau = u + x[2 * n:3 * n] if external else u
+    if parameters is not None:
+        arm = parameters(arm, x[(3 if external else 2) * n:])
     q1, qd1, _ = integrators.get_method(method)(lambda t, a, b: _forward_dynamics(arm, a, b, tau), 0.0, q, qd, dt)
-    return jnp.concatenate([q1, qd1, x[2 * n:]]) if external else jnp.concatenate([q1, qd1])
+    return jnp.concatenate([q1, qd1, x[2 * n:]])
 
 
 @jax.tree_util.register_static
@@ -46,17 +52,18 @@ class _Config:
     method: str
     external: bool
     measure: tuple
+    parameters: object = None  # parameters(arm, theta) -> arm, or None
+    smooth: bool = False
 
 
 @jit
-def _filter(arm, u, z, x0, P0, dt, torque_var, external_var, R, cfg: _Config):
-    n = arm.n
+def _filter(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
+    """Forward pass (and, with cfg.smooth, the Rauch-Tung-Striebel backward pass)."""
     d = x0.shape[0]
     m = z.shape[1]
     H = jnp.eye(m, d, dtype=x0.dtype)  # measured: the first m state components (q, or q and qd)
-    Qe = jnp.zeros((d, d), x0.dtype)
-    if cfg.external:
-        Qe = Qe.at[2 * n:, 2 * n:].set(jnp.diag(external_var * dt))
+    k0 = d - walk_var.shape[0]  # e and theta: random walks of intensity walk_var
+    Qe = jnp.zeros((d, d), x0.dtype).at[k0:, k0:].set(jnp.diag(walk_var * dt))
 
     def update(x, P, zk):
         S = H @ P @ H.T + R
@@ -73,24 +80,41 @@ def _filter(arm, u, z, x0, P0, dt, torque_var, external_var, R, cfg: _Config):
     def step(carry, inputs):
         x, P = carry
         uk, zk = inputs
-        f = lambda xx, uu: _transition(arm, xx, uu, dt, cfg.method, cfg.external)  # noqa: E731
+        f = lambda xx, uu: _transition(arm, xx, uu, dt, cfg.method, cfg.external, cfg.parameters)  # noqa: E731
         F, G = jax.jacfwd(f, argnums=(0, 1))(x, uk)
         x_pred = f(x, uk)
         P_pred = F @ P @ F.T + G @ jnp.diag(torque_var) @ G.T + Qe
         x, P, nis = update(x_pred, P_pred, zk)
-        return (x, P), (x, P, nis)
+        return (x, P), (x, P, nis, x_pred, P_pred, F)
 
-    _, (xs, Ps, nis) = jax.lax.scan(step, (x, P), (u, z[1:]))
-    return (jnp.concatenate([x[None], xs]), jnp.concatenate([P[None], Ps]), jnp.concatenate([nis0[None], nis]))
+    _, (xs, Ps, nis, x_preds, P_preds, Fs) = jax.lax.scan(step, (x, P), (u, z[1:]))
+    xs, Ps = jnp.concatenate([x[None], xs]), jnp.concatenate([P[None], Ps])
+    nis = jnp.concatenate([nis0[None], nis])
+    if not cfg.smooth:
+        return xs, Ps, nis
+
+    def back(carry, inputs):
+        # Rauch, Tung & Striebel 1965: C = P F^T P_pred^-1, x_s = x + C (x_s' - x_pred'), P_s = P + C (P_s' - P_pred') C^T
+        xs_next, Ps_next = carry
+        x, P, x_pred, P_pred, F = inputs
+        C = jnp.linalg.solve(P_pred, F @ P).T
+        x_s = x + C @ (xs_next - x_pred)
+        P_s = P + C @ (Ps_next - P_pred) @ C.T
+        P_s = 0.5 * (P_s + P_s.T)
+        return (x_s, P_s), (x_s, P_s)
+
+    _, (x_s, P_s) = jax.lax.scan(back, (xs[-1], Ps[-1]), (xs[:-1], Ps[:-1], x_preds, P_preds, Fs), reverse=True)
+    return jnp.concatenate([x_s, xs[-1:]]), jnp.concatenate([P_s, Ps[-1:]]), nis
 
 
 @dataclasses.dataclass(frozen=True)
 class KalmanEstimate:
     """Result of :func:`extended_kalman_filter`: ``q``, ``qd`` (N, n) filtered states,
     ``external`` (N, n) external joint torques (None unless estimated), ``covariance`` (N, d, d)
-    of the state (q, qd[, e]), ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,) normalized
-    innovation squared (chi-square with as many degrees of freedom as measurements when the noise
-    model is right)."""
+    of the state (q, qd[, e][, theta]), ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,)
+    normalized innovation squared of the forward pass (chi-square with as many degrees of freedom
+    as measurements when the noise model is right), ``parameters`` (N, p) the estimated physical
+    parameters theta (None unless estimated); ``smoothed``: the states are the RTS smoother's."""
 
     q: np.ndarray
     qd: np.ndarray
@@ -98,6 +122,8 @@ class KalmanEstimate:
     covariance: np.ndarray
     std: np.ndarray
     nis: np.ndarray
+    parameters: np.ndarray | None = None
+    smoothed: bool = False
 
 
 def extended_kalman_filter(
@@ -116,6 +142,11 @@ def extended_kalman_filter(
     external_std=None,
     initial_std=None,
     method: str = "rk3",
+    parameters=None,
+    theta0=None,
+    theta_std=None,
+    theta_walk=None,
+    smooth: bool = False,
 ) -> KalmanEstimate:
     """Filter the states of ``arm`` (module docstring) from applied joint torques ``u`` (N - 1, n),
     held over each step of ``dt`` seconds, and measurements ``z`` (N, m) at the N sample times:
@@ -125,8 +156,16 @@ def extended_kalman_filter(
     [N m]; position_std, velocity_std: sensor noise [rad, rad/s]; quantization: the encoders' step
     [rad] (adds step^2 / 12). external_std (scalar or (n,), N m / sqrt(s)): estimate external joint
     torques as a random walk of this intensity. q0, qd0 (default 0): the starting estimate, with
-    standard deviations ``initial_std`` (d,) (default: 10 x position_std for q, 1 rad/s for qd,
-    10 x torque_std for e).
+    standard deviations ``initial_std`` (2n or 3n,) (default: 10 x position_std for q, 1 rad/s for
+    qd, 10 x torque_std for e).
+    Joint state-parameter estimation (online identification): ``parameters(arm, theta) -> arm``, a
+    traceable function giving the arm for a parameter vector theta (p,) (e.g. ``lambda arm, th:
+    arm.replace(payload=jaxarm.Payload(th[0], com, inertia))`` for a payload's mass), starting at
+    ``theta0`` with standard deviations
+    ``theta_std`` and following a random walk of intensity ``theta_walk`` (default 1e-6 theta_std
+    per sqrt(s): nearly constant).
+    smooth: run the Rauch-Tung-Striebel smoother backwards after the filter (offline use: every
+    estimate then uses the whole log).
     """
     func = "extended_kalman_filter"
     checks.check_arm(arm, func)
@@ -159,19 +198,39 @@ def extended_kalman_filter(
     pos_var = positive(position_std, "position_std", n) ** 2 + float(quantization) ** 2 / 12.0
     R = np.diag(np.concatenate([pos_var] + ([positive(velocity_std, "velocity_std", n) ** 2] if "qd" in measure else [])))
     external = external_std is not None
-    ext_var = positive(external_std, "external_std", n) ** 2 if external else np.zeros(n)
-    d = 3 * n if external else 2 * n
+    ext_var = positive(external_std, "external_std", n) ** 2 if external else np.zeros(0)
+    p = 0
+    if parameters is not None:
+        if not callable(parameters) or theta0 is None or theta_std is None:
+            raise ValueError(f"{func}: parameters: expected a function parameters(arm, theta) -> arm with theta0 and theta_std")
+        theta0 = np.atleast_1d(np.asarray(theta0, dtype=float))
+        p = theta0.size
+        theta_std = positive(theta_std, "theta_std", p)
+        walk = positive(1e-6 * theta_std if theta_walk is None else theta_walk, "theta_walk", p) ** 2
+        try:
+            probe = parameters(arm, jnp.asarray(theta0))
+        except Exception as exc:  # a user function: say which input broke it
+            raise ValueError(f"{func}: parameters(arm, theta0) failed: {type(exc).__name__}: {exc}") from None
+        if not isinstance(probe, Arm) or probe.n != n:
+            raise ValueError(f"{func}: parameters: expected parameters(arm, theta) to return an Arm with {n} joints")
+    else:
+        walk = np.zeros(0)
     q0 = checks.joint_vector(q0, arm, "q0", func)
     qd0 = jnp.zeros(n) if qd0 is None else checks.joint_vector(qd0, arm, "qd0", func)
-    x0 = np.concatenate([np.asarray(q0, float), np.asarray(qd0, float)] + ([np.zeros(n)] if external else []))
+    k = (3 if external else 2) * n
+    x0 = np.concatenate([np.asarray(q0, float), np.asarray(qd0, float)] + ([np.zeros(n)] if external else [])
+                        + ([theta0] if p else []))
     if initial_std is None:
         std0 = np.concatenate([10 * np.sqrt(pos_var), np.ones(n)] + ([10 * np.sqrt(torque_var)] if external else []))
     else:
-        std0 = positive(initial_std, "initial_std", d)
-    cfg = _Config(method=str(method), external=external, measure=measure)
+        std0 = positive(initial_std, "initial_std", k)
+    if p:
+        std0 = np.concatenate([std0, theta_std])
+    cfg = _Config(method=str(method), external=external, measure=measure, parameters=parameters, smooth=bool(smooth))
     integrators.get_method(method)
     xs, Ps, nis = _filter(arm, jnp.asarray(u), jnp.asarray(z), jnp.asarray(x0), jnp.asarray(np.diag(std0**2)), jnp.asarray(float(dt)),
-                          jnp.asarray(torque_var), jnp.asarray(ext_var), jnp.asarray(R), cfg)
+                          jnp.asarray(torque_var), jnp.asarray(np.concatenate([ext_var, walk])), jnp.asarray(R), cfg)
     xs, Ps = np.asarray(xs), np.asarray(Ps)
-    return KalmanEstimate(q=xs[:, :n], qd=xs[:, n:2 * n], external=xs[:, 2 * n:] if external else None, covariance=Ps,
-                          std=np.sqrt(np.einsum("kii->ki", Ps)), nis=np.asarray(nis))
+    return KalmanEstimate(q=xs[:, :n], qd=xs[:, n:2 * n], external=xs[:, 2 * n:3 * n] if external else None, covariance=Ps,
+                          std=np.sqrt(np.einsum("kii->ki", Ps)), nis=np.asarray(nis), parameters=xs[:, k:] if p else None,
+                          smoothed=bool(smooth))
