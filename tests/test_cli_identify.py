@@ -89,9 +89,8 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     prior = with_coulomb_scale(jaxarm.load_arm(setup["arm"]), scale)
     # the regularization weight was chosen by validation (every candidate reported, the best kept)
     reg = rep["regularization"]
-    # with the friction model (viscous-Coulomb or sigmoid: 2 x 4 candidates)
-    assert reg["chosen"] and len(reg["candidates"]) == 8
-    assert {c["friction"] for c in reg["candidates"]} == {"viscous-coulomb", "sigmoid"}
+    assert reg["chosen"] and len(reg["candidates"]) == 4
+    assert {c["friction"] for c in reg["candidates"]} == {"viscous-coulomb"}
     lowest = min(c["score"] for c in reg["candidates"])
     close = [c for c in reg["candidates"] if c["score"] <= 1.01 * lowest]
     best = min(close, key=lambda c: (c["friction"] != "viscous-coulomb", -c["weight"]))

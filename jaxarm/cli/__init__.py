@@ -173,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "quarter for the report's validation errors, then refit the arm on the whole log)")
     p.add_argument("--fit-from", metavar="T", help="fit on t >= T, report held-out RMSE on t < T (the first part held out)")
     p.add_argument("--friction", choices=["viscous-coulomb", "sigmoid"], default=None,
-                   help="friction model to fit (consistent method; default: chosen by validation with the regularization "
-                   "weight; the Coulomb shape is chosen from the data unless --cutoff is given)")
+                   help="friction model to fit (consistent method; default viscous-coulomb, with the Coulomb shape chosen "
+                   "from the data unless --cutoff is given)")
     p.add_argument("--columns", metavar="MAP", help="the log's column names, e.g. 't=%%time*1e-9,q{j}=field.position{j0},"
                    "dq{j}=field.velocity{j0},tau{j}=field.effort{j0}' for a ROS joint_states export ({j}: joint from 1, {j0}: from 0)")
     p.add_argument("--joint-names", metavar="NAMES", help="the arm's joint names, comma-separated or read from a URDF file, to "

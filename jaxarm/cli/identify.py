@@ -100,7 +100,6 @@ def _cmd_identify(args) -> int:
     from ..identify.logs import Log, LogError, load_log, preprocess_log
     from ..identify.diagnostics import conditioning_warning, identifiability, log_warnings
     from ..identify.export import check_export
-    from ..identify.consistent import FRICTION_MODELS
     from ..identify.selection import REGULARIZATION_WEIGHTS, select_preprocessing, select_regularization, with_coulomb_scale
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
@@ -230,7 +229,10 @@ def _cmd_identify(args) -> int:
     if args.method == "consistent":
         # whatever the user did not give is chosen by validation on the fitted part only
         weights = REGULARIZATION_WEIGHTS if regularization is None else (regularization,)
-        frictions = FRICTION_MODELS if args.friction is None else (args.friction,)
+        # The sigmoid model is not a default candidate: its offset torque (Gaz et al.'s, beside the
+        # sigmoid, with the Coulomb level held at 0) reads as Coulomb friction pushing along the
+        # motion on one side, so a file that won on validation would fail the drive check.
+        frictions = ("viscous-coulomb",) if args.friction is None else (args.friction,)
         if len(weights) * len(frictions) > 1:
             try:
                 reg_choice = select_regularization(start, fit_log, weights=weights, frictions=frictions, max_steps=min(steps, 200))
