@@ -128,6 +128,17 @@ def test_estimate_command(arm, tmp_path, capsys):
     assert "contact:" in stdout and "first at" in stdout
     code = cli.main(["estimate", str(path), "--arm", str(arm_file), "--out", str(out)])
     assert code == 2 and "already exists" in capsys.readouterr().err
+    # without a contact-free interval: robust thresholds from the whole log still find a push that
+    # covers a small part of it (the first 290 samples: the push is the last 40)
+    short = jaxarm.save_log(Log(t=t[:290], q=z[:290], tau=np.vstack([u, u[-1:]])[:290], source="sim"), tmp_path / "short.csv")
+    code = cli.main(["estimate", str(short), "--arm", str(arm_file), "--out", str(tmp_path / "robust.npz"),
+                     "--position-std", str(POSITION_STD), "--torque-std", str(TORQUE_STD)])
+    _, err = capsys.readouterr()
+    assert code == 0 and "robust standard deviations" in err
+    with np.load(tmp_path / "robust.npz") as r:
+        hits = np.flatnonzero(r["contact"])
+        assert hits.size and 250 <= hits[0] < 270, hits[:5]
+        assert not r["contact"][:250].any() and np.mean(r["contact"][270:]) > 0.5
 
 
 def test_smoother_and_online_payload_mass(arm):

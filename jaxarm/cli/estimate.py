@@ -101,11 +101,16 @@ def _cmd_estimate(args) -> int:
     free = slice(settle, None) if free_until is None else slice(settle, int(np.searchsorted(log.t, free_until)))
     if free.stop is not None and free.stop <= settle + 10:
         raise CommandError(f"--contact-free-until: {free_until:g} s leaves too little contact-free data after the observer settles")
-    threshold = detection_threshold(obs.residual[free], factor=1.5)
+    if free_until is not None:
+        threshold = detection_threshold(obs.residual[free], factor=1.5)
+    else:  # contacts are rare: 6 robust standard deviations (median absolute deviation) of the whole log's residual
+        r = obs.residual[settle:]
+        threshold = 6.0 * 1.4826 * np.median(np.abs(r - np.median(r, axis=0)), axis=0)
+        threshold = np.maximum(threshold, 1e-9)
+        notes.append("contact thresholds: 6 robust standard deviations of the residual over the whole log "
+                     "(give --contact-free-until T to set them from contact-free data)")
     contact = detect_contact(obs.residual, threshold)
     contact[:settle] = False
-    if free_until is None:
-        notes.append("contact thresholds from the whole log (give --contact-free-until T to set them from contact-free data)")
     files = _Outputs()
     try:
         files.write(args.out, lambda f: np.savez(f, t=log.t, q=est.q, qd=est.qd, std=est.std, external_kalman=est.external,

@@ -2,7 +2,7 @@
 
 With generalized momentum p = M(q) qd, the arm's dynamics M qdd + C qd + g + tau_f = tau + tau_ext
 and M-dot = C + C^T give dp/dt = tau + tau_ext - beta(q, qd), beta = g + tau_f - C^T qd. The
-observer (De Luca & Mattone 2003; Haddadin, De Luca & Albu-Schaeffer 2017, Sec. 4.2)
+observer (De Luca & Mattone 2003; Haddadin, De Luca & Albu-Schaeffer 2017)
 
     r(t) = K ( p(t) - p(0) - integral_0^t (tau - beta + r) ds )
 

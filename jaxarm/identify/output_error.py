@@ -4,9 +4,9 @@ An inverse-dynamics fit (:func:`jaxarm.identify_linear`, :func:`jaxarm.fit_consi
 torques computed from measured positions and their filtered derivatives. Its errors in the
 accelerations (noise, filter lag) enter the regressor, which biases the estimate; and a model that
 predicts torques well may still simulate poorly. Output-error methods fit what a simulator is for:
-the motion. DIDIM (Gautier, Janot & Vandanjon 2013) and CLOE (Landau 2001; Janot et al. 2014)
-simulate the arm under the measured input and minimize the position error; BIRDy (Leboutet et al.
-2021) compares them. Here:
+the motion. DIDIM (Gautier, Janot & Vandanjon 2013) and closed-loop output-error methods (CLOE)
+simulate the arm under the measured input and minimize the position error; the BIRDy benchmark
+(Leboutet et al. 2021) compares them. Here:
 
 1. The log is cut into short windows (``window`` seconds; a long open-loop simulation of an arm
    that was under feedback drifts away whatever the parameters). Each window starts from the

@@ -2,7 +2,7 @@
 short log with the load attached (alone, or as the difference with a log without it).
 
 The payload's torques are linear in its ten inertial parameters pi_p = (m, m c, I_o) in the tool
-frame (first moment and inertia about the tool origin; Khalil & Dombre 2002, Sec. 14.3; Atkeson,
+frame (first moment and inertia about the tool origin; Atkeson,
 An & Hollerbach 1986). Held rigidly by the last link, its parameters in the last link's frame are
 a linear function of pi_p (the rigid-body transformation below), so its torques are the last
 link's columns of the arm's regressor (:func:`jaxarm.regressor`) times that 10 x 10 map:
