@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the log's place, Gaz et al.'s friction and their reported held-out errors: one copy, there
 from identify_panda import DATA, PUBLISHED as PUBLISHED_LAST, published_arm  # noqa: E402
 
-def run_split(log: Path, split: str, at: float, folder: Path) -> dict:
+def identify_split(log: Path, split: str, at: float, folder: Path):
+    """``jaxarm identify LOG --arm panda --out X.toml --report X.json --fit-until|--fit-from T`` as a
+    user types it: (argv, the arm file, the report, its stdout, seconds)."""
     out, report = folder / f"{split}.toml", folder / f"{split}.json"
     flag = "--fit-until" if split == "last" else "--fit-from"
     argv = ["identify", str(log), "--arm", "panda", "--out", str(out), "--report", str(report), flag, str(at)]
@@ -49,7 +51,20 @@ def run_split(log: Path, split: str, at: float, folder: Path) -> dict:
     seconds = time.perf_counter() - started
     if code != 0:
         raise SystemExit(f"jaxarm {' '.join(argv)} failed ({code}): {notes.getvalue()}")
-    rep = json.loads(report.read_text())
+    return argv, out, json.loads(report.read_text()), text.getvalue(), seconds
+
+
+def splits(log: Path):
+    """The two contiguous 70/30 splits of the log: ("last", T) fits before T, ("first", T) from T."""
+    if not log.exists():
+        raise SystemExit(f"{log}: not found (the Panda log lives in ../shared/data/panda/ beside the repository)")
+    raw = jaxarm.load_log(log, jaxarm.load_arm("panda"))
+    t0, T = raw.t[0], raw.duration
+    return [("last", float(t0 + 0.7 * T)), ("first", float(t0 + 0.3 * T))]
+
+
+def run_split(log: Path, split: str, at: float, folder: Path) -> dict:
+    argv, _, rep, stdout, seconds = identify_split(log, split, at, folder)
     cutoff = rep["preprocessing"]["cutoff"]
     raw = jaxarm.load_log(log, jaxarm.load_arm("panda"))
     before, after = raw.split(at)
@@ -64,7 +79,7 @@ def run_split(log: Path, split: str, at: float, folder: Path) -> dict:
         "heldout_rmse": np.round(ours, 4).tolist(), "published_rmse_same_evaluation": np.round(published, 4).tolist(),
         "ratio": np.round(ratio, 3).tolist(), "mean_ratio": round(float(np.mean(ratio)), 3),
         "every_joint_no_worse": bool(np.all(ratio <= 1.0)), "mean_ratio_at_most_0.8": bool(np.mean(ratio) <= 0.8),
-        "consistent": rep["consistent"], "stdout": text.getvalue().splitlines()[-12:],
+        "consistent": rep["consistent"], "stdout": stdout.splitlines()[-12:],
     }
     if split == "last":
         row["ratio_to_published_as_reported"] = np.round(ours / PUBLISHED_LAST, 3).tolist()
@@ -77,13 +92,9 @@ def main(argv=None):
     p.add_argument("--log", default=str(DATA), help="the Panda log (default: ../shared/data/panda/...)")
     args = p.parse_args(argv)
     log = Path(args.log)
-    if not log.exists():
-        raise SystemExit(f"{log}: not found (the Panda log lives in ../shared/data/panda/ beside the repository)")
-    raw = jaxarm.load_log(log, jaxarm.load_arm("panda"))
-    t0, T = raw.t[0], raw.duration
     with tempfile.TemporaryDirectory() as tmp:
-        for split, at in (("last", t0 + 0.7 * T), ("first", t0 + 0.3 * T)):
-            print(json.dumps(run_split(log, split, float(at), Path(tmp))), flush=True)
+        for split, at in splits(log):
+            print(json.dumps(run_split(log, split, at, Path(tmp))), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,6 @@ Prints one JSON line per split.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 import tempfile
@@ -37,24 +35,15 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
-from jaxarm.cli import main as jaxarm_main  # noqa: E402
 from jaxarm.identify.output_error import refine_output_error, simulation_error  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from identify_defaults import identify_split, splits  # noqa: E402
 from identify_panda import DATA, published_arm  # noqa: E402
 
 
 def run_split(log_path: Path, split: str, at: float, folder: Path, window: float, iterations: int) -> dict:
-    out, report = folder / f"{split}.toml", folder / f"{split}.json"
-    flag = "--fit-until" if split == "last" else "--fit-from"
-    argv = ["identify", str(log_path), "--arm", "panda", "--out", str(out), "--report", str(report), flag, str(at)]
-    started = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as notes:
-        code = jaxarm_main(argv)
-    if code != 0:
-        raise SystemExit(f"jaxarm {' '.join(argv)} failed ({code}): {notes.getvalue()}")
-    identify_seconds = time.perf_counter() - started
-    rep = json.loads(report.read_text())
+    _, out, rep, _, identify_seconds = identify_split(log_path, split, at, folder)
     cutoff = rep["preprocessing"]["cutoff"]
     identified = jaxarm.load_arm(out)
     raw = jaxarm.load_log(log_path, identified)
@@ -88,13 +77,9 @@ def main(argv=None):
     p.add_argument("--iterations", type=int, default=15, help="Levenberg-Marquardt iterations (default 15)")
     args = p.parse_args(argv)
     log = Path(args.log)
-    if not log.exists():
-        raise SystemExit(f"{log}: not found (the Panda log lives in ../shared/data/panda/ beside the repository)")
-    raw = jaxarm.load_log(log, jaxarm.load_arm("panda"))
-    t0, T = raw.t[0], raw.duration
     with tempfile.TemporaryDirectory() as tmp:
-        for split, at in (("last", t0 + 0.7 * T), ("first", t0 + 0.3 * T)):
-            print(json.dumps(run_split(log, split, float(at), Path(tmp), args.window, args.iterations)), flush=True)
+        for split, at in splits(log):
+            print(json.dumps(run_split(log, split, at, Path(tmp), args.window, args.iterations)), flush=True)
 
 
 if __name__ == "__main__":

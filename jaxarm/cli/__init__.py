@@ -66,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"jaxarm {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    def log_reading(p):
+        """--columns, --joint-names, --angles for commands that read logs like identify does."""
+        p.add_argument("--columns", metavar="MAP", help="the log's column names (see jaxarm identify --help)")
+        p.add_argument("--joint-names", metavar="NAMES", help="joint names to read the log by (see jaxarm identify --help)")
+        p.add_argument("--angles", choices=["radians", "degrees"], default="radians", help="unit of the revolute joints' q, dq")
+
     def arm_command(name, help_text, **kw):
         p = sub.add_parser(name, help=help_text, description=help_text, **kw)
         p.add_argument("arm", metavar="ARM", help="bundled arm name (puma560, ...) or path to an arm .toml file")
@@ -201,9 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the two logs is fitted, which cancels the arm model's own errors")
     p.add_argument("--report", metavar="FILE.json", help="JSON report: parameters, standard deviations, consistency")
     p.add_argument("--cutoff", metavar="HZ", help="low-pass cutoff or 'none' (default: chosen from the log)")
-    p.add_argument("--columns", metavar="MAP", help="the log's column names (see jaxarm identify --help)")
-    p.add_argument("--joint-names", metavar="NAMES", help="joint names to read the log by (see jaxarm identify --help)")
-    p.add_argument("--angles", choices=["radians", "degrees"], default="radians", help="unit of the revolute joints' q, dq")
+    log_reading(p)
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_identify_payload)
 
@@ -221,9 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--external-std", metavar="NM", help="random-walk intensity of the external torques (default 5 N m / sqrt(s))")
     p.add_argument("--gain", metavar="K", help=f"momentum observer gain (default {OBSERVER_GAIN:g} 1/s)")
     p.add_argument("--contact-free-until", metavar="T", help="the log is contact-free before T: contact thresholds from it")
-    p.add_argument("--columns", metavar="MAP", help="the log's column names (see jaxarm identify --help)")
-    p.add_argument("--joint-names", metavar="NAMES", help="joint names to read the log by (see jaxarm identify --help)")
-    p.add_argument("--angles", choices=["radians", "degrees"], default="radians", help="unit of the revolute joints' q, dq")
+    log_reading(p)
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_estimate)
 

@@ -44,8 +44,8 @@ def _cmd_estimate(args) -> int:
     the momentum observer, write them (and a plot) atomically."""
     from ..estimate import detect_contact, detection_threshold, extended_kalman_filter, momentum_observer
     from ..identify.fit import predict_torques
-    from ..identify.logs import LogError, load_log, preprocess_log
-    from .identify import _joint_names
+    from ..identify.logs import LogError, preprocess_log
+    from .identify import _joint_names, _read_log
 
     outputs = [(args.out, "--out")] + ([(args.plot, "--plot")] if args.plot else [])
     for path, option in outputs:
@@ -61,13 +61,10 @@ def _cmd_estimate(args) -> int:
     gain = _positive(args.gain, "--gain", "an observer gain [1/s]") if args.gain else OBSERVER_GAIN
     free_until = _numbers(args.contact_free_until, "--contact-free-until")[0] if args.contact_free_until else None
     arm = _load_arm(args.arm)
+    raw = _read_log(args.log, arm, args, _joint_names(args.joint_names, args.arm, arm.n))
     try:
-        raw = load_log(args.log, arm, angles=args.angles, columns=args.columns,
-                       joint_names=_joint_names(args.joint_names, args.arm, arm.n))
         log = preprocess_log(raw, cutoff=None, trim=0.0, filter_torque=False)  # uniform rate, nothing filtered
-    except FileNotFoundError:
-        raise CommandError(f"{args.log}: no such file") from None
-    except (LogError, OSError) as exc:
+    except LogError as exc:
         raise CommandError(_one_line(exc)) from None
     if raw.tau is None:
         raise CommandError(f"{args.log}: no torque columns (tau1..tau{arm.n}): the estimators need the applied joint torques")

@@ -68,6 +68,19 @@ def _joint_names(spec, arm_spec: str, n: int):
     return names
 
 
+def _read_log(path, arm, args, joint_names):
+    """load_log with the command's --angles and --columns and the joint names, its errors as one
+    line (for identify, identify-payload and estimate)."""
+    from ..identify.logs import LogError, load_log
+
+    try:
+        return load_log(path, arm, angles=args.angles, columns=args.columns, joint_names=joint_names)
+    except FileNotFoundError:
+        raise CommandError(f"{path}: no such file") from None
+    except (LogError, OSError) as exc:
+        raise CommandError(_one_line(exc)) from None
+
+
 def _verdict(report: dict, rmse_held, rmse_held_start) -> dict:
     """Pass/fail per check with the threshold used, for a user's CI to gate on (``"pass"``: all).
     The conditioning threshold is the one the warnings use (:data:`jaxarm.identify.diagnostics.MAX_CONDITION`)."""
@@ -97,7 +110,7 @@ def _cmd_identify(args) -> int:
     from ..identify import consistent as ci
     from ..identify.fit import identify_linear, predict_torques, torque_rmse
     from ..identify.linear_model import IdentificationError
-    from ..identify.logs import Log, LogError, load_log, preprocess_log
+    from ..identify.logs import Log, LogError, preprocess_log
     from ..identify.diagnostics import conditioning_warning, identifiability, log_warnings
     from ..identify.export import check_export
     from ..identify.selection import REGULARIZATION_WEIGHTS, select_preprocessing, select_regularization, with_coulomb_scale
@@ -137,12 +150,7 @@ def _cmd_identify(args) -> int:
     joint_names = _joint_names(args.joint_names, args.arm, arm.n)
     logs = []
     for path in args.log:
-        try:
-            logs.append(load_log(path, arm, angles=args.angles, columns=args.columns, joint_names=joint_names))
-        except FileNotFoundError:
-            raise CommandError(f"{path}: no such file") from None
-        except (LogError, OSError) as exc:
-            raise CommandError(_one_line(exc)) from None
+        logs.append(_read_log(path, arm, args, joint_names))
     try:
         raw = Log.concatenate(logs)  # several experiments: each one preprocessed on its own
     except LogError as exc:

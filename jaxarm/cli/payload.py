@@ -13,11 +13,11 @@ def _cmd_identify_payload(args) -> int:
     """Load the log(s), choose the cutoff from the log unless given, fit the payload, write the arm
     holding it (and a report) atomically."""
     from ..identify.linear_model import IdentificationError
-    from ..identify.logs import LogError, load_log, preprocess_log
+    from ..identify.logs import LogError, preprocess_log
     from ..identify.payload import PAYLOAD_PARAMETERS, identify_payload
     from ..identify.selection import select_preprocessing
     from ..model.arm_files import arm_to_toml
-    from .identify import _joint_names
+    from .identify import _joint_names, _read_log
 
     outputs = [(args.out, "--out")] + ([(args.report, "--report")] if args.report else [])
     for path, option in outputs:
@@ -26,12 +26,7 @@ def _cmd_identify_payload(args) -> int:
     joint_names = _joint_names(args.joint_names, args.arm, arm.n)
 
     def read(path):
-        try:
-            log = load_log(path, arm, angles=args.angles, columns=args.columns, joint_names=joint_names)
-        except FileNotFoundError:
-            raise CommandError(f"{path}: no such file") from None
-        except (LogError, OSError) as exc:
-            raise CommandError(_one_line(exc)) from None
+        log = _read_log(path, arm, args, joint_names)
         if log.tau is None:
             raise CommandError(f"{path}: no torque columns (tau1..tau{arm.n}): the payload is fitted to measured joint torques")
         return log

@@ -72,7 +72,7 @@ def _lost(arm: Arm) -> list[str]:
     return lost
 
 
-def _urdf(arm: Arm, states, lost):
+def _urdf(arm: Arm, states):
     text = to_urdf(arm)
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "arm.urdf")
@@ -82,7 +82,7 @@ def _urdf(arm: Arm, states, lost):
     return text, predict_torques(back, *states), "jaxarm.load_urdf"
 
 
-def _mjcf(arm: Arm, states, lost):
+def _mjcf(arm: Arm, states):
     text = to_mjcf(arm)
     try:
         import mujoco
@@ -114,7 +114,7 @@ def check_export(arm: Arm, q, qd, qdd, fmt: str, *, samples: int = 2000) -> Expo
     states = (q[pick], qd[pick], qdd[pick])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        text, theirs, reader = (_urdf if fmt == "urdf" else _mjcf)(arm, states, None)
+        text, theirs, reader = (_urdf if fmt == "urdf" else _mjcf)(arm, states)
     lost = [str(w.message).split(": ", 2)[-1] for w in caught] + _lost(arm)
     if theirs is None:
         return ExportCheck(fmt, text, None, None, tuple(lost), None, 0)
