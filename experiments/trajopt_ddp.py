@@ -1,6 +1,6 @@
 """Optimal-control problems written as terms, solved by box-FDDP (jaxarm.trajopt.ddp).
 
-    python experiments/trajopt_ddp.py [--plot trajopt_ddp.png] [--cases puma_reach,puma_sweep,panda_obstacle,panda_via,batch]
+    python experiments/trajopt_ddp.py [--plot trajopt_ddp.png] [--cases puma_reach,puma_sweep,panda_obstacle,panda_via,batch,puma_gradient]
                                       [--plain-jit]
 
 Cases (one JSON line each, plus one per solver where two are compared):
@@ -21,6 +21,9 @@ Cases (one JSON line each, plus one per solver where two are compared):
 - ``puma_sweep``: minimum-time-like: the same Puma reach with T = 100 knots over durations 0.3-1.5 s,
   all in one ``jax.vmap`` over the problem's dt: effort, final error and peak torque against
   duration (short reaches saturate the torque box and miss the goal).
+- ``puma_gradient``: gradients of the solution of ``puma_reach`` (its effort with respect to the
+  goal and the links' masses) by the implicit function theorem, checked against central
+  differences; the gradient's first call and warm time against the solve's.
 - ``batch``: the Panda reach to 16 different goals in one ``jax.vmap``-ed call against 16 calls
   of the same compiled solver one after the other.
 
@@ -33,6 +36,7 @@ about 15 % of it since the solver takes the dynamics' Jacobians from inverse dyn
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -212,6 +216,41 @@ def batch(args, out):
          max_cost_difference=float(np.max(np.abs(np.asarray(res.cost) - np.array([float(s.cost) for s in singles])))))
 
 
+def puma_gradient(args, out):
+    """Gradients of the solution: the Puma reach's optimal effort and final tool position with respect
+    to the goal (params) and to the links' masses (the arm), by the implicit function theorem at
+    the optimum (the solver's iterations are not differentiated), checked against central
+    differences of converged solves for one entry of each."""
+    arm, q0, goal, lim, problem = puma_reach_problem()
+    tight = dict(tol=1e-12, max_iterations=300)
+
+    def effort(p):
+        r = trajopt.ddp(p, **tight)
+        return jnp.sum((r.u / lim) ** 2) * p.dt, r
+
+    value = jaxarm.jit(effort)
+    (_, res), first_solve, solve = timed(value, problem)
+    grad = jaxarm.jit(jax.grad(lambda p: effort(p)[0]))
+    g, first, warm = timed(grad, problem, repeats=2)
+
+    def central(put, base, i, h):
+        e = np.zeros(np.size(base))
+        e[i] = h
+        return (float(value(put(base + e))[0]) - float(value(put(base - e))[0])) / (2 * h)
+
+    goal_fd = central(lambda v: problem.replace(params={"goal": jnp.asarray(v)}), np.asarray(goal), 2, 1e-5)
+    masses = np.asarray(arm.links.mass)
+    mass_fd = central(lambda v: problem.replace(arm=arm.replace(links=dataclasses.replace(arm.links, mass=jnp.asarray(v)))),
+                      masses, 2, 1e-5)
+    emit(case="puma_gradient", solver="ddp", converged=bool(res.converged), iterations=int(res.iterations),
+         effort=float(value(problem)[0]), d_effort_d_goal=np.asarray(g.params["goal"]).round(6).tolist(),
+         d_effort_d_mass=np.asarray(g.arm.links.mass).round(6).tolist(),
+         check_goal_z=[float(np.asarray(g.params["goal"])[2]), goal_fd],
+         check_mass_3=[float(np.asarray(g.arm.links.mass)[2]), mass_fd],
+         gradient_first_call_s=round(first, 2), gradient_s=round(warm, 3), solve_s=round(solve, 3),
+         solve_first_call_s=round(first_solve, 2))
+
+
 def equal_axes(ax, points):
     """Equal scales on the three axes (a sphere looks like one), around the points (m, 3)."""
     points = np.asarray(points)
@@ -274,7 +313,7 @@ def plot(path, out):
 
 
 CASES = {"puma_reach": puma_reach, "puma_sweep": puma_sweep, "panda_obstacle": panda_obstacle, "panda_via": panda_via,
-         "batch": batch}
+         "batch": batch, "puma_gradient": puma_gradient}
 
 
 def main(argv=None):

@@ -287,7 +287,6 @@ def test_inconsistent_payload_warns(tmp_path):
 
 def rich_arm():
     """An arm that uses every writable field, awkward floats included."""
-    n = 3
     rng = np.random.default_rng(0)
     A = rng.normal(size=(3, 3))
     S = A @ A.T / 10  # second moments of some mass distribution...

@@ -299,7 +299,7 @@ def test_panda_log_load_preprocess_and_identify():
 def test_gaps_split_the_log_and_nothing_is_interpolated_across_them():
     """Two runs concatenated with a 2 s hole: each is filtered and differentiated alone, so the
     result equals preprocessing the runs separately, and no sample falls inside the hole."""
-    rate, n = 200.0, 2
+    rate = 200.0
     t1 = np.arange(0.0, 4.0, 1 / rate)
     t2 = np.arange(6.0, 10.0, 1 / rate)
     def run(t, phase):

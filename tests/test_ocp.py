@@ -370,3 +370,66 @@ def test_crocoddyl_comparison_skips_cleanly_without_its_environment(tmp_path, ca
     assert module.main(["--crocoddyl-python", str(tmp_path / "missing" / "python")]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert "machine" in lines[0] and lines[-1]["quantity"] == "skipped" and "--setup" in lines[-1]["reason"]
+
+
+# --------------------------------------------------------------------------- implicit gradients
+
+
+def test_gradients_of_the_solution_match_finite_differences_with_an_active_obstacle_and_clamped_inputs(reach_solutions):
+    """Gradients of a loss of the optimal trajectory with respect to the problem's data (params,
+    start state, bounds, dt, an arm's mass) by the implicit function theorem at the optimum, against
+    central differences of tightly converged solves. The obstacle is active at one knot and some
+    inputs sit on the torque limit, so every part of the adjoint system is exercised."""
+    arm, _, goal, free, _, _ = reach_solutions
+    tool = jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 3])(free.q)
+    centre = tool[T // 2] + jnp.array([0.02, -0.01, 0.0])
+    problem = trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), constraints=terms.keep_out_sphere("centre", 0.1),
+                          params={"goal": goal, "centre": centre})
+    options = dict(tol=1e-13, tol_violation=1e-11, max_iterations=300, al_iterations=40, mu_max=1e10)
+    weights = jnp.arange(T * 2, dtype=float).reshape(T, 2) / T
+
+    def loss(p):
+        r = trajopt.ddp(p, **options)
+        return jnp.sum(weights * r.u) + 10.0 * jnp.sum(r.x[-5:, :2] ** 2) + r.cost, r
+
+    value = jaxarm.jit(loss)
+    _, res = value(problem)
+    assert bool(res.converged), res.reason()
+    lam = np.asarray(res.multipliers)[:, -1]
+    assert lam.max() > 0.1  # the obstacle pushes the path
+    clamped = np.asarray((res.u == problem.lower) | (res.u == problem.upper))
+    assert clamped.any() and not clamped.all()
+    grad = jaxarm.jit(jax.grad(lambda p: loss(p)[0]))(problem)
+
+    def central(get, put, h):
+        base = np.asarray(get(problem), float)
+        out = np.zeros(base.size)
+        for i in range(base.size):
+            e = np.zeros(base.size)
+            e[i] = h
+            e = e.reshape(base.shape)
+            out[i] = (float(value(put(problem, base + e))[0]) - float(value(put(problem, base - e))[0])) / (2 * h)
+        return out.reshape(base.shape)
+
+    def with_param(name):
+        return lambda p, v: p.replace(params={**p.params, name: jnp.asarray(v)})
+
+    def with_mass(p, v):
+        return p.replace(arm=p.arm.replace(links=dataclasses.replace(p.arm.links, mass=jnp.asarray(v))))
+
+    cases = [
+        ("goal", lambda p: p.params["goal"][:2], lambda p, v: with_param("goal")(p, jnp.concatenate([v, p.params["goal"][2:]])),
+         grad.params["goal"][:2], 1e-5),
+        ("centre", lambda p: p.params["centre"][:2], lambda p, v: with_param("centre")(p, jnp.concatenate([v, p.params["centre"][2:]])),
+         grad.params["centre"][:2], 1e-5),
+        ("x0", lambda p: p.x0, lambda p, v: p.replace(x0=jnp.asarray(v)), grad.x0, 1e-5),
+        ("upper", lambda p: p.upper, lambda p, v: p.replace(upper=jnp.asarray(v)), grad.upper, 1e-5),
+        ("dt", lambda p: p.dt, lambda p, v: p.replace(dt=jnp.asarray(v)), grad.dt, 1e-6),
+        ("mass", lambda p: p.arm.links.mass, with_mass, grad.arm.links.mass, 1e-5),
+    ]
+    for name, get, put, g, h in cases:
+        fd = central(get, put, h)
+        g = np.asarray(g)
+        assert np.max(np.abs(g - fd)) <= 1e-4 * max(np.max(np.abs(fd)), 1.0), (name, g, fd)
+    assert np.max(np.abs(np.asarray(grad.params["centre"]))) > 100.0  # the active obstacle matters
+    assert np.asarray(grad.upper)[0] < -1.0  # so does the clamped torque limit

@@ -112,7 +112,7 @@ def _scan_bwd(body, residuals, cotangents):
     fc, fx, fy = _Flat(c0), _Flat(x0), _Flat(y0)
     leaves = [a for a in jax.tree_util.tree_leaves((cs, xs)) if _is_float(a)]
     dtype = jnp.result_type(*leaves) if leaves else jnp.float32
-    dc, dx = fc.size, fx.size
+    dc = fc.size
 
     def outputs(p, v, c, x):
         """Step k's float outputs (carry, then ys) as one vector, of the float inputs v = (c, x)."""

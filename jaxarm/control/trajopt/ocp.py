@@ -10,10 +10,11 @@ via points, effort, keep-out spheres, limits ... or your own functions), plus, a
 them, a plain ``running(x, u, k, params)`` and ``terminal(x, params)``. The problem is a pytree:
 its arrays (start state, bounds, the terms' targets and weights, ``params``, the arm) are leaves,
 the functions and the horizon are static, so one solver call can be ``jax.vmap``-ed over problems
-and its costs differentiated with respect to them (:func:`jaxarm.trajopt.total_cost`; reverse-mode
-gradients through the solver's iterations are not available: JAX does not differentiate
-``lax.while_loop`` in reverse, and gradients of the optimum by the implicit function theorem are not
-built yet).
+and its solution differentiated with respect to them: ``jax.grad`` of any function of
+:func:`jaxarm.trajopt.ddp`'s states and inputs (and of its cost) with respect to the problem --
+``params``, start state, dt, bounds, the arm's physical parameters -- is computed by the implicit
+function theorem at the optimum, not by differentiating the solver's iterations
+(:mod:`jaxarm.control.trajopt.solvers.implicit`).
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ apply at k = 0..T-1 under ``"path"``.
 
 Any number (a weight, a target, an obstacle centre) may instead be a string naming an entry of
 the problem's ``params`` dict: ``tool_position("goal")`` reads ``params["goal"]``, so one problem
-is ``jax.vmap``-ed over many goals, and a cost is differentiated with respect to them
-(gradients of the optimal solution itself need implicit differentiation, not offered yet).
+is ``jax.vmap``-ed over many goals, and a cost or the optimal solution itself is differentiated
+with respect to them (the solution by the implicit function theorem, see :func:`jaxarm.trajopt.ddp`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,10 @@ General constraints g <= 0 and h = 0 (joint limits, keep-out spheres, via points
 equalities) are handled by an augmented Lagrangian around the DDP iterations (Nocedal & Wright
 2006, eqs 17.39 and 17.65; as in ALTRO, Howell, Jackson & Manchester 2019): the same compiled
 iteration body serves every outer round.
+
+The solution is differentiable with respect to the problem by the implicit function theorem
+(:mod:`.implicit`): the iterations run inside a ``jax.custom_vjp`` whose backward pass solves the
+KKT system at the optimum.
 """
 
 from __future__ import annotations
@@ -37,8 +41,10 @@ import numpy as np
 
 from ....dynamics import linalg
 from ....simulate.batch import _strong
-from .. import terms as _terms
 from ..ocp import OCP, _finite, _step, _step_jacobians, solver_arm
+from .implicit import solution_vjp
+from .knots import (_constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value,
+                    _violation)
 
 # Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
 CONVERGED, ITERATION_LIMIT, NO_PROGRESS, INFEASIBLE, NOT_FINITE = 0, 1, 2, 3, 4
@@ -114,117 +120,6 @@ class OCPResult(NamedTuple):
         text = f"{STATUS[status]} after {int(np.asarray(self.iterations))} iterations: cost {float(np.asarray(self.cost)):.6g}, " \
                f"max violation {float(np.asarray(self.max_violation)):.3g}, max gap {float(np.asarray(self.max_gap)):.3g}"
         return text if status == CONVERGED else f"{text}. Try: {ADVICE[status]}"
-
-
-# --------------------------------------------------------------------------- knots
-
-
-def _constraint_layout(problem: OCP):
-    """Sizes of the constraint terms (static) and which entries are equalities."""
-    n = problem.n
-    dtype = jnp.result_type(problem.x0)
-    x, u = jax.ShapeDtypeStruct((2 * n,), dtype), jax.ShapeDtypeStruct((n,), dtype)
-    k = jax.ShapeDtypeStruct((), jnp.int32)
-    sizes = []
-    for t in problem.constraints:
-        out = jax.eval_shape(lambda arm, x, u, k, p, t=t: t.fn(arm, x, u, k, t.values(p), p), problem.arm, x, u, k, problem.params)
-        sizes.append(out.shape[0])
-    eq = np.concatenate([np.full(m, t.kind == "equality") for t, m in zip(problem.constraints, sizes)]) if sizes else np.zeros(0, bool)
-    return sizes, eq
-
-
-def _residuals(problem, arm, xu, k):
-    """Stacked residuals (r,) of the least-squares costs at knot k, and their weights (r,)."""
-    n = problem.n
-    x, u = xu[: 2 * n], xu[2 * n:]
-    rs, ws = [], []
-    for t in problem.costs:
-        if t.kind != "residual":
-            continue
-        d = t.values(problem.params)
-        r = t.fn(arm, x, u, k, d, problem.params)
-        rs.append(r)
-        ws.append(jnp.broadcast_to(d["weight"] * _terms.factor(t, k, problem.dt), r.shape))
-    if not rs:
-        return jnp.zeros(0, xu.dtype), jnp.zeros(0, xu.dtype)
-    return jnp.concatenate(rs), jnp.concatenate(ws)
-
-
-def _scalars(problem, arm, xu, k):
-    n = problem.n
-    x, u = xu[: 2 * n], xu[2 * n:]
-    total = jnp.zeros((), xu.dtype)
-    for t in problem.costs:
-        if t.kind == "scalar":
-            total = total + _terms.factor(t, k, problem.dt) * t.fn(arm, x, u, k, t.values(problem.params), problem.params)
-    return total
-
-
-def _constraints(problem, arm, xu, k):
-    """Stacked constraint values (m,) at knot k and whether each applies there (m,) bool."""
-    n = problem.n
-    x, u = xu[: 2 * n], xu[2 * n:]
-    cs, ms = [], []
-    for t in problem.constraints:
-        c = t.fn(arm, x, u, k, t.values(problem.params), problem.params)
-        cs.append(c)
-        ms.append(jnp.broadcast_to(t.schedule[k] > 0, c.shape))
-    if not cs:
-        return jnp.zeros(0, xu.dtype), jnp.zeros(0, bool)
-    return jnp.concatenate(cs), jnp.concatenate(ms)
-
-
-def _al_parts(c, active, eq, lam, mu):
-    """Augmented-Lagrangian value, first and (Gauss-Newton) second derivatives in c, entrywise:
-    inequalities (max(0, lam + mu c)^2 - lam^2) / (2 mu) (Nocedal & Wright eq 17.65), equalities
-    lam c + mu c^2 / 2 (eq 17.36); zero where the constraint does not apply."""
-    shifted = lam + mu * c
-    pos = shifted > 0
-    val = jnp.where(eq, lam * c + 0.5 * mu * c**2, (jnp.maximum(0.0, shifted) ** 2 - lam**2) / (2.0 * mu))
-    d1 = jnp.where(eq, shifted, jnp.maximum(0.0, shifted))
-    d2 = jnp.where(eq | pos, mu, 0.0)
-    z = jnp.zeros_like(c)
-    return jnp.where(active, val, z), jnp.where(active, d1, z), jnp.where(active, d2, z)
-
-
-def _violation(c, active, eq):
-    return jnp.where(active, jnp.where(eq, jnp.abs(c), jnp.maximum(c, 0.0)), 0.0)
-
-
-def _knot_cost(problem, arm, xu, k):
-    """The problem's cost at knot k (no constraint terms)."""
-    r, w = _residuals(problem, arm, xu, k)
-    return jnp.sum(w * r**2) + _scalars(problem, arm, xu, k)
-
-
-def _knot_value(problem, arm, eq, xu, k, lam, mu):
-    val = _knot_cost(problem, arm, xu, k)
-    c, active = _constraints(problem, arm, xu, k)
-    al, _, _ = _al_parts(c, active, eq, lam, mu)
-    return val + jnp.sum(al)
-
-
-def _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam, mu):
-    """Gradient (2n+n,) and Hessian (3n, 3n) of one knot's objective: Gauss-Newton for residuals
-    and constraint penalties (one forward-mode Jacobian of all of them), exact for scalar terms."""
-    def stacked(xu):
-        r, w = _residuals(problem, arm, xu, k)
-        c, active = _constraints(problem, arm, xu, k)
-        out = jnp.concatenate([r, c])
-        return out, (out, w, active)
-
-    J, (vals, w, active) = jax.jacfwd(stacked, has_aux=True)(xu)
-    nr = w.shape[0]
-    r, c = vals[:nr], vals[nr:]
-    Jr, Jc = J[:nr], J[nr:]
-    _, d1, d2 = _al_parts(c, active, eq, lam, mu)
-    g = 2.0 * Jr.T @ (w * r) + Jc.T @ d1
-    H = 2.0 * Jr.T @ (w[:, None] * Jr) + Jc.T @ (d2[:, None] * Jc)
-    if has_scalars:
-        s = lambda xu: _scalars(problem, arm, xu, k)  # noqa: E731
-        g = g + jax.grad(s)(xu)
-        H = H + jax.hessian(s)(xu)
-    return g, H
 
 
 # --------------------------------------------------------------------------- box QP
@@ -313,6 +208,14 @@ def ddp(
     to the cost (or an accepted step changed it by less); ``status`` and :meth:`OCPResult.reason`
     say why otherwise. Pure and traceable: ``jax.jit`` it, ``jax.vmap`` it over problems (e.g.
     ``jax.vmap(lambda g: ddp(problem.replace(params={"goal": g})))``).
+
+    Differentiable in reverse mode (``jax.grad``, ``jax.vjp``) with respect to the problem: the
+    cotangents of ``x``, ``u`` and ``cost`` (and of anything computed from them) reach every array
+    of the problem -- params, x0, dt, lower/upper, the terms' data, the arm -- by the implicit
+    function theorem at the solution (:mod:`jaxarm.control.trajopt.solvers.implicit`), never
+    through the iterations. Valid at a converged strict local minimum (check ``converged``; an
+    unconverged result gives the sensitivity of a point that is not an optimum). The multipliers,
+    counters and history are not differentiated; forward mode (``jax.jvp``) is not offered.
     """
     func = "ddp"
     if not isinstance(problem, OCP):
@@ -328,17 +231,14 @@ def ddp(
         raise ValueError(f"{func}: reg_factor > 1 and mu_growth >= 1 expected, got {reg_factor!r}, {mu_growth!r}")
     n, T = problem.n, problem.T
     dtype = jnp.result_type(problem.x0)
-    arm = solver_arm(problem)
     sizes, eq_np = _constraint_layout(problem)
     m = int(sum(sizes))
-    eq = jnp.asarray(eq_np)
-    has_scalars = any(t.kind == "scalar" for t in problem.costs)
     lower = jnp.asarray(problem.lower, dtype)
     upper = jnp.asarray(problem.upper, dtype)
-    step = lambda x, u: _step(arm, x, u, problem.dt, problem.method, problem.input)  # noqa: E731
+
 
     if u_init is None:
-        u_init = _hold(problem, arm, dtype)
+        u_init = _hold(problem, solver_arm(problem), dtype)
     u_init = jnp.asarray(u_init, dtype)
     if u_init.shape != (T, n):
         raise ValueError(f"{func}: u_init: expected shape ({T}, {n}) (T steps of the problem, one input per joint), got {u_init.shape}")
@@ -354,6 +254,63 @@ def ddp(
     lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
+    options = _Options(max_iterations, tol, tol_violation, tol_gap, regularization, reg_min, reg_max, reg_factor,
+                       line_search_steps, armijo, al_iterations, mu, mu_growth, mu_max)
+    xs, us, lam, it, done, stop, log, gap = _solve(problem, us0, xs0, lam0, options)
+
+    arm = solver_arm(problem)
+    eq = jnp.asarray(eq_np)
+    ks = jnp.arange(T + 1)
+    xu = jnp.concatenate([xs, jnp.concatenate([us, jnp.zeros((1, n), dtype)])], axis=1)
+    cost = jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, ks))
+    cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
+    viol = jnp.max(_violation(cv, active, eq), initial=0.0)
+    finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
+    converged = done & (viol <= tol_violation) & (gap <= tol_gap) & finite
+    status = jnp.where(converged, CONVERGED,
+                       jnp.where(~finite, NOT_FINITE,
+                                 jnp.where(stop, NO_PROGRESS,
+                                           jnp.where(done & (viol > tol_violation), INFEASIBLE, ITERATION_LIMIT))))
+    result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
+                       status=status, multipliers=lam, history=log)
+    # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
+    # start (mpc_step) must not compile the solver a second time
+    return jax.tree_util.tree_map(_strong, result)
+
+
+class _Options(NamedTuple):
+    """The solver's settings (static: part of the compiled program)."""
+
+    max_iterations: int
+    tol: float
+    tol_violation: float
+    tol_gap: float
+    regularization: float
+    reg_min: float
+    reg_max: float
+    reg_factor: float
+    line_search_steps: int
+    armijo: float
+    al_iterations: int
+    mu: float
+    mu_growth: float
+    mu_max: float
+
+
+def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
+    """The DDP iterations inside the augmented-Lagrangian rounds: (x, u, multipliers, iterations,
+    done, stop, log, final gap)."""
+    (max_iterations, tol, tol_violation, tol_gap, regularization, reg_min, reg_max, reg_factor, line_search_steps,
+     armijo, al_iterations, mu, mu_growth, mu_max) = options
+    n, T = problem.n, problem.T
+    dtype = jnp.result_type(problem.x0)
+    arm = solver_arm(problem)
+    _, eq_np = _constraint_layout(problem)
+    eq = jnp.asarray(eq_np)
+    has_scalars = any(t.kind == "scalar" for t in problem.costs)
+    lower = jnp.asarray(problem.lower, dtype)
+    upper = jnp.asarray(problem.upper, dtype)
+    step = lambda x, u: _step(arm, x, u, problem.dt, problem.method, problem.input)  # noqa: E731
     ks = jnp.arange(T + 1)
 
     def pad(us):
@@ -500,22 +457,25 @@ def ddp(
     init = (xs0, us0, lam0, jnp.asarray(mu, dtype), jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
             jnp.asarray(False), jnp.asarray(jnp.inf, dtype), DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
     xs, us, lam, mu_final, rounds, it, done, stop, viol, log, gap = jax.lax.while_loop(outer_cond, outer_body, init)
+    return xs, us, lam, it, done, stop, log, gap
 
-    xu = jnp.concatenate([xs, pad(us)], axis=1)
-    cost = jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, ks))
-    cv, active = constraint_values(xs, us)
-    viol = jnp.max(_violation(cv, active, eq), initial=0.0)
-    finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
-    converged = done & (viol <= tol_violation) & (gap <= tol_gap) & finite
-    status = jnp.where(converged, CONVERGED,
-                       jnp.where(~finite, NOT_FINITE,
-                                 jnp.where(stop, NO_PROGRESS,
-                                           jnp.where(done & (viol > tol_violation), INFEASIBLE, ITERATION_LIMIT))))
-    result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
-                       status=status, multipliers=lam, history=log)
-    # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
-    # start (mpc_step) must not compile the solver a second time
-    return jax.tree_util.tree_map(_strong, result)
+
+def _solve_fwd(problem, us0, xs0, lam0, options):
+    out = _solve_impl(problem, us0, xs0, lam0, options)
+    xs, us, lam = out[:3]
+    return out, (problem, xs, us, lam, us0, xs0, lam0)
+
+
+def _solve_bwd(options, residuals, cotangents):
+    problem, xs, us, lam, us0, xs0, lam0 = residuals
+    x_bar, u_bar = cotangents[0], cotangents[1]  # the multipliers, counters and log are not differentiated
+    problem_bar = solution_vjp(problem, xs, us, lam, x_bar, u_bar)
+    # a solution does not depend on where the solve started
+    return problem_bar, jnp.zeros_like(us0), jnp.zeros_like(xs0), jnp.zeros_like(lam0)
+
+
+_solve = jax.custom_vjp(_solve_impl, nondiff_argnums=(4,))
+_solve.defvjp(_solve_fwd, _solve_bwd)
 
 
 def _hold(problem: OCP, arm, dtype):
