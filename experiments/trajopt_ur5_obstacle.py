@@ -6,12 +6,12 @@ The UR5 of example-robot-data (its URDF read by ``jaxarm.load_arm``; the file co
 Crocoddyl environment, ``python experiments/trajopt_crocoddyl.py --setup``, or any installed
 ``example-robot-data``) reaches 0.46 m in 1 s (RK3, dt = 10 ms, T = 100) from rest to rest:
 effort (u / u_max)^2, goal 1e4 |p - p*|^2 and rest 1e2 |qd_T|^2 at the end, a posture and
-joint-speed regularization along the path, the URDF's torque limits as the input box. A 10 cm
+joint-speed regularization along the path, the URDF's torque limits as the input box. A 6 cm
 sphere is placed on the unconstrained solution's tool path, half-way; the constrained problem
 keeps the tool and the wrist (link 4's origin) 2 cm outside it. One JSON line per solve, then
 the gradient of the optimal effort with respect to the sphere's centre (implicit function theorem
-at the optimum; which way moving the obstacle would save effort), checked against central
-differences. Skips with a message when no UR5 URDF is found.
+at the optimum; which way moving the obstacle would save effort), checked against forward
+differences (the problem has neighbouring local optima; see below). Skips with a message when no UR5 URDF is found.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from trajopt_ddp import emit, summary, timed, tool_path  # noqa: E402
 Q0 = np.array([0.0, -1.0, 1.5, -0.5, 1.57, 0.0])
 OFFSET = np.array([0.0, 0.35, 0.3])
 T, DT = 100, 0.01
-RADIUS, MARGIN, WRIST = 0.10, 0.02, 4
+RADIUS, MARGIN, WRIST = 0.06, 0.02, 4
 
 
 def ur5_urdf():
@@ -138,10 +138,14 @@ def main(argv=None):
 
     grad, first, warm = timed(jaxarm.jit(jax.grad(effort)), jnp.asarray(centre), repeats=1)
     value = jaxarm.jit(effort)
-    h = 1e-5
-    fd = [(float(value(jnp.asarray(centre + h * e))) - float(value(jnp.asarray(centre - h * e)))) / (2 * h) for e in np.eye(3)]
-    emit(case="ur5_obstacle_gradient", effort=float(value(jnp.asarray(centre))),
-         d_effort_d_centre=np.asarray(grad).round(8).tolist(), central_differences=np.round(fd, 8).tolist(),
+    # forward differences: the problem has neighbouring local optima, and a step of the centre
+    # by -1e-5 m along x already lands the warm-started solve in another one (cost 0.39885 against
+    # 0.39852), so a central difference straddles two solutions
+    h = 1e-6
+    base = float(value(jnp.asarray(centre)))
+    fd = [(float(value(jnp.asarray(centre + h * e))) - base) / h for e in np.eye(3)]
+    emit(case="ur5_obstacle_gradient", effort=base,
+         d_effort_d_centre=np.asarray(grad).round(8).tolist(), forward_differences=np.round(fd, 8).tolist(),
          gradient_first_call_s=round(first, 2), gradient_s=round(warm, 3))
     if args.plot:
         plot(args.plot, arm, free, res, centre, goal)

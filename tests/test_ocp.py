@@ -433,3 +433,36 @@ def test_gradients_of_the_solution_match_finite_differences_with_an_active_obsta
         assert np.max(np.abs(g - fd)) <= 1e-4 * max(np.max(np.abs(fd)), 1.0), (name, g, fd)
     assert np.max(np.abs(np.asarray(grad.params["centre"]))) > 100.0  # the active obstacle matters
     assert np.asarray(grad.upper)[0] < -1.0  # so does the clamped torque limit
+
+
+def test_gradients_of_the_solution_for_chosen_data_with_a_semi_implicit_euler_step(reach_solutions):
+    """The same check for a semi-implicit Euler step (its own adjoint) and a gradient taken with
+    respect to some of the data only (the goal, dt and the links' masses): the rest of the problem
+    is not differentiated."""
+    arm = reach_solutions[0]
+    goal0 = reach_solutions[2]
+    problem = trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": goal0}, method="semi_implicit_euler")
+    options = dict(tol=1e-13, max_iterations=300)
+
+    def loss(goal, dt, mass):
+        p = problem.replace(params={"goal": goal}, dt=dt, arm=arm.replace(links=dataclasses.replace(arm.links, mass=mass)))
+        r = trajopt.ddp(p, **options)
+        return jnp.sum(r.x[-1, :2] ** 2) + jnp.sum(r.u[:, 1]) + r.cost, r
+
+    value = jaxarm.jit(loss)
+    args = (jnp.asarray(goal0), jnp.asarray(DT), jnp.asarray(arm.links.mass, float))
+    _, res = value(*args)
+    assert bool(res.converged), res.reason()
+    grads = jaxarm.jit(jax.grad(lambda *a: loss(*a)[0], argnums=(0, 1, 2)))(*args)
+    for which, h in ((0, 1e-5), (1, 1e-7), (2, 1e-5)):
+        base = np.asarray(args[which], float)
+        fd = np.zeros(base.size)
+        for i in range(base.size):
+            e = np.zeros(base.size)
+            e[i] = h
+            e = e.reshape(base.shape)
+            plus = [jnp.asarray(base + e) if j == which else a for j, a in enumerate(args)]
+            minus = [jnp.asarray(base - e) if j == which else a for j, a in enumerate(args)]
+            fd[i] = (float(value(*plus)[0]) - float(value(*minus)[0])) / (2 * h)
+        g = np.asarray(grads[which], float).reshape(-1)
+        assert np.max(np.abs(g - fd)) <= 1e-4 * max(np.max(np.abs(fd)), 1.0), (which, g, fd)

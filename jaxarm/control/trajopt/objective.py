@@ -10,6 +10,7 @@ from ...model import checks
 from ...model.arm import Arm
 from ...simulate.rollouts import rollout
 from .problem import IterationLog, ReachProblem, TrajoptResult, _Multipliers
+from .solvers.knots import _al_parts
 
 
 def _pose_errors(arm, problem, q):
@@ -72,13 +73,13 @@ def _input_constraints(setup, u):
 
 
 def _al_inequality(g, lam, mu):
-    # Nocedal & Wright eq 17.65 (slacks eliminated): (max(0, lam + mu g)^2 - lam^2) / (2 mu)
-    return jnp.sum(jnp.maximum(0.0, lam + mu * g) ** 2 - lam**2) / (2.0 * mu)
+    """Augmented-Lagrangian term of g <= 0 (Nocedal & Wright eq 17.65), summed."""
+    return jnp.sum(_al_parts(g, True, False, lam, mu)[0])
 
 
 def _al_equality(h, lam, mu):
-    # Nocedal & Wright eq 17.36: lam^T h + mu/2 |h|^2
-    return jnp.sum(lam * h) + 0.5 * mu * jnp.sum(h**2)
+    """Augmented-Lagrangian term of h = 0 (Nocedal & Wright eq 17.36), summed."""
+    return jnp.sum(_al_parts(h, True, True, lam, mu)[0])
 
 
 def _stage(setup, s, u, k, lam_state, lam_input, mu):

@@ -122,6 +122,38 @@ def _accel_jacobian(arm, x, u, qdd, L, input):
     return linalg.cholesky_solve_factored(L, jnp.concatenate([-dID[0], dtau[0] - dID[1], dtau[1]], axis=1))
 
 
+def _stages(arm, xs, us, dt, method, input):
+    """The Runge-Kutta stages of the step ``method`` (a name in _TABLEAUS) at every (x_k, u_k) (T, 2n),
+    (T, n): the tableau A (s, s) and weights b (s,) as NumPy arrays, the stage points X_i (s, T, 2n),
+    their accelerations (s, T, n) and the Cholesky factors of M there (s, T, n, n), and the
+    Jacobians of the state derivative f = (qd, qdd) at the stage points with respect to (x, u)
+    (s, T, 2n, 3n). The stages run in a loop (``lax.scan``: the forward dynamics is compiled once,
+    not once per stage); the accelerations' Jacobians come from inverse dynamics
+    (:func:`_accel_jacobian`)."""
+    n = arm.n
+    T = xs.shape[0]
+    _, A, b = (np.asarray(v, float) for v in _TABLEAUS[method])  # the stage times do not matter: u is held
+    stages = len(b)
+    dtype = xs.dtype
+    A_dt = dt * jnp.asarray(A, dtype)
+
+    def stage(carry, i):  # stage i, batched over the T knots: X_i from the K_j found so far (j < i)
+        P, acc, L = carry  # (s, T, 2n) stage points, (s, T, n) their accelerations (zeros until found), factors
+        K = jnp.concatenate([P[:, :, n:], acc], axis=2)  # K_j = f(X_j) = (qd_j, qdd_j)
+        X = xs + jnp.einsum("j,jtk->tk", A_dt[i], K)
+        a, Li = jax.vmap(lambda x, u: _accel_factored(arm, x, u, input))(X, us)
+        return (P.at[i].set(X), acc.at[i].set(a), L.at[i].set(Li)), None
+
+    init = (jnp.zeros((stages, T, 2 * n), dtype), jnp.zeros((stages, T, n), dtype), jnp.zeros((stages, T, n, n), dtype))
+    (P, acc, L), _ = jax.lax.scan(stage, init, jnp.arange(stages))
+    U = jnp.broadcast_to(us, (stages, T, n)).reshape(stages * T, n)
+    Ja = jax.vmap(lambda x, u, a, L: _accel_jacobian(arm, x, u, a, L, input))(
+        P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), L.reshape(stages * T, n, n)).reshape(stages, T, n, 3 * n)
+    top = jnp.concatenate([jnp.zeros((n, n)), jnp.eye(n), jnp.zeros((n, n))], axis=1).astype(dtype)
+    J = jnp.concatenate([jnp.broadcast_to(top, (stages, T, n, 3 * n)), Ja], axis=2)
+    return A, b, P, acc, L, J
+
+
 def _step_jacobians(arm, xs, us, dt, method, input):
     """x_{k+1} (T, 2n), A_k = dF/dx (T, 2n, 2n) and B_k = dF/du (T, 2n, n) of the integrator step
     at every (x_k, u_k) (T, 2n), (T, n).
@@ -168,29 +200,11 @@ def _step_jacobians(arm, xs, us, dt, method, input):
             J, y = jax.jacfwd(f, has_aux=True)(jnp.concatenate([x, u]))
             return y, J[:, : 2 * n], J[:, 2 * n:]
         return jax.vmap(one)(xs, us)
-    _, A, b = (np.asarray(v, float) for v in _TABLEAUS[method])  # the stage times do not matter: u is held
+    A, b, P, acc, L, J = _stages(arm, xs, us, dt, method, input)
     stages = len(b)
     dtype = xs.dtype
-
-    A_dt = jnp.asarray(dt * A, dtype)
-
-    def stage(carry, i):  # stage i, batched over the T knots: X_i from the K_j found so far (j < i)
-        P, acc, L = carry  # (s, T, 2n) stage points, (s, T, n) their accelerations (zeros until found), factors
-        K = jnp.concatenate([P[:, :, n:], acc], axis=2)  # K_j = f(X_j) = (qd_j, qdd_j)
-        X = xs + jnp.einsum("j,jtk->tk", A_dt[i], K)
-        a, Li = jax.vmap(lambda x, u: _accel_factored(arm, x, u, input))(X, us)
-        return (P.at[i].set(X), acc.at[i].set(a), L.at[i].set(Li)), None
-
-    init = (jnp.zeros((stages, T, 2 * n), dtype), jnp.zeros((stages, T, n), dtype), jnp.zeros((stages, T, n, n), dtype))
-    (P, acc, L), _ = jax.lax.scan(stage, init, jnp.arange(stages))
     K = jnp.concatenate([P[:, :, n:], acc], axis=2)
     y = xs + dt * jnp.einsum("j,jtk->tk", jnp.asarray(b, dtype), K)
-
-    U = jnp.broadcast_to(us, (stages, T, n)).reshape(stages * T, n)
-    Ja = jax.vmap(lambda x, u, a, L: _accel_jacobian(arm, x, u, a, L, input))(
-        P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), L.reshape(stages * T, n, n)).reshape(stages, T, n, 3 * n)
-    top = jnp.concatenate([jnp.zeros((n, n)), jnp.eye(n), jnp.zeros((n, n))], axis=1).astype(dtype)
-    J = jnp.concatenate([jnp.broadcast_to(top, (stages, T, n, 3 * n)), Ja], axis=2)
     eye = jnp.eye(2 * n, dtype=dtype)
     dKx, dKu = [], []
     for i in range(stages):

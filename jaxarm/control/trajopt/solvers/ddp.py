@@ -460,22 +460,43 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
     return xs, us, lam, it, done, stop, log, gap
 
 
+@jax.tree_util.register_static
+class _Perturbed:
+    """Which leaves of the problem are differentiated (static: a tuple of bools in leaf order)."""
+
+    def __init__(self, flags):
+        self.flags = tuple(flags)
+
+    def __hash__(self):
+        return hash(self.flags)
+
+    def __eq__(self, other):
+        return isinstance(other, _Perturbed) and self.flags == other.flags
+
+
 def _solve_fwd(problem, us0, xs0, lam0, options):
+    def primal(tree):
+        return jax.tree_util.tree_map(lambda a: a.value, tree, is_leaf=lambda a: isinstance(a, jax.custom_derivatives.CustomVJPPrimal))
+
+    flags = [a.perturbed for a in jax.tree_util.tree_leaves(problem, is_leaf=lambda a: isinstance(a, jax.custom_derivatives.CustomVJPPrimal))]
+    problem, us0, xs0, lam0 = primal(problem), primal(us0), primal(xs0), primal(lam0)
     out = _solve_impl(problem, us0, xs0, lam0, options)
     xs, us, lam = out[:3]
-    return out, (problem, xs, us, lam, us0, xs0, lam0)
+    return out, (problem, xs, us, lam, us0, xs0, lam0, _Perturbed(flags))
 
 
 def _solve_bwd(options, residuals, cotangents):
-    problem, xs, us, lam, us0, xs0, lam0 = residuals
-    x_bar, u_bar = cotangents[0], cotangents[1]  # the multipliers, counters and log are not differentiated
-    problem_bar = solution_vjp(problem, xs, us, lam, x_bar, u_bar)
-    # a solution does not depend on where the solve started
+    problem, xs, us, lam, us0, xs0, lam0, perturbed = residuals
+    # the multipliers, counters and log are not differentiated; a solution does not depend on where
+    # the solve started
+    x_bar, u_bar = (jnp.zeros_like(a) if isinstance(c, jax.custom_derivatives.SymbolicZero) else c
+                    for a, c in ((xs, cotangents[0]), (us, cotangents[1])))
+    problem_bar = solution_vjp(problem, xs, us, lam, x_bar, u_bar, perturbed.flags)
     return problem_bar, jnp.zeros_like(us0), jnp.zeros_like(xs0), jnp.zeros_like(lam0)
 
 
 _solve = jax.custom_vjp(_solve_impl, nondiff_argnums=(4,))
-_solve.defvjp(_solve_fwd, _solve_bwd)
+_solve.defvjp(_solve_fwd, _solve_bwd, symbolic_zeros=True)
 
 
 def _hold(problem: OCP, arm, dtype):
