@@ -318,7 +318,7 @@ def _dynamics_data_vjp(problem: OCP, zs, ws):
 
 
 def _warn_unless_finite(ok):
-    if not bool(ok):
+    if not np.all(ok):  # one flag, or one per problem under jax.vmap
         warnings.warn(
             "trajopt.ddp: the gradient of the solution is NaN: the Hessian of the problem in its inputs is not "
             "positive definite at the solution. Either the solve did not converge to a strict local minimum "
