@@ -466,3 +466,9 @@ def test_gradients_of_the_solution_for_chosen_data_with_a_semi_implicit_euler_st
             fd[i] = (float(value(*plus)[0]) - float(value(*minus)[0])) / (2 * h)
         g = np.asarray(grads[which], float).reshape(-1)
         assert np.max(np.abs(g - fd)) <= 1e-4 * max(np.max(np.abs(fd)), 1.0), (which, g, fd)
+    # batched: jax.vmap of the gradient over goals equals one gradient at a time
+    goals = jnp.stack([args[0], args[0] + jnp.array([-0.05, 0.05, 0.0])])
+    batched = jaxarm.jit(jax.vmap(jax.grad(lambda g: loss(g, *args[1:])[0])))(goals)
+    assert_close(np.asarray(batched[0]), np.asarray(grads[0]), rtol=1e-6, atol=1e-9)  # a batch iterates until its slowest member stops
+    one = jaxarm.jit(jax.grad(lambda g: loss(g, *args[1:])[0]))(goals[1])
+    assert_close(np.asarray(batched[1]), np.asarray(one), rtol=1e-6, atol=1e-9)
