@@ -17,7 +17,6 @@ differences (the problem has neighbouring local optima; see below). Skips with a
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import jaxarm  # noqa: E402
 from jaxarm import trajopt  # noqa: E402
 from jaxarm.trajopt import terms  # noqa: E402
 from trajopt_crocoddyl import VENV, robots_folder  # noqa: E402
-from trajopt_ddp import emit, summary, timed, tool_path  # noqa: E402
+from trajopt_ddp import emit, equal_axes, summary, timed, tool_path  # noqa: E402
 
 Q0 = np.array([0.0, -1.0, 1.5, -0.5, 1.57, 0.0])
 OFFSET = np.array([0.0, 0.35, 0.3])
@@ -72,9 +71,7 @@ def plot(path, arm, free, res, centre, goal):
     ax.plot_surface(centre[0] + RADIUS * np.cos(u) * np.sin(v), centre[1] + RADIUS * np.sin(u) * np.sin(v),
                     centre[2] + RADIUS * np.cos(v), color="grey", alpha=0.3)
     ax.scatter(*goal, color="k", marker="x", label="goal")
-    ax.set_xlabel("x (m)")
-    ax.set_ylabel("y (m)")
-    ax.set_zlabel("z (m)")
+    equal_axes(ax, np.concatenate([tool_path(arm, free.q), tool_path(arm, res.q), wrist, centre[None] + RADIUS, centre[None] - RADIUS]))
     ax.legend(fontsize=7)
     ax.set_title("UR5 reach, tool paths")
     ax2 = fig.add_subplot(1, 2, 2)

@@ -321,8 +321,10 @@ def _warn_unless_finite(ok):
     if not np.all(ok):  # one flag, or one per problem under jax.vmap
         warnings.warn(
             "trajopt.ddp: the gradient of the solution is NaN: the Hessian of the problem in its inputs is not "
-            "positive definite at the solution. Either the solve did not converge to a strict local minimum "
-            "(check result.converged), or the dynamics or costs are not twice differentiable there -- e.g. "
+            "positive definite at the solution. Either the solve did not reach a strict local minimum closely "
+            "enough (check result.converged; on nearly singular problems, such as a redundant arm with light "
+            "regularization, pass a tighter tol, e.g. tol=1e-10), or the dynamics or costs are not twice "
+            "differentiable there -- e.g. "
             "asymmetric Coulomb friction levels smoothed by tanh switch level at qd = 0, which a start from "
             "rest sits on (make the two levels equal, or use the sigmoid friction model)",
             RuntimeWarning, stacklevel=2)
