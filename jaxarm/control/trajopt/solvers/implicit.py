@@ -153,7 +153,7 @@ def solution_vjp(problem: OCP, xs, us, lam, x_bar, u_bar, perturbed=None):
     clamped = (at_lower | at_upper).reshape(N)
     free = ~clamped
     if m:
-        c, applies = jax.vmap(lambda z, k: _constraints(problem, arm, z, k))(z, ks)
+        _, applies = jax.vmap(lambda z, k: _constraints(problem, arm, z, k))(z, ks)
         active = applies & (eq[None, :] | (lam > 0))  # (T+1, m)
         C = jax.vmap(jax.jacfwd(lambda z, k: _constraints(problem, arm, z, k)[0]))(z, ks)  # (T+1, m, 3n)
         C = jnp.where(active[:, :, None], C, 0.0)
