@@ -356,6 +356,41 @@ def test_step_jacobians_equal_forward_mode_through_the_step(method, input):
     assert np.abs(np.asarray(A) - np.eye(2 * n)).max() > 1e-3 and np.abs(np.asarray(B)).max() > 1e-6  # not trivial
 
 
+@pytest.mark.parametrize("method,input", [("rk3", "torque"), ("rk4", "voltage"), ("euler", "torque"),
+                                          ("semi_implicit_euler", "torque")])
+def test_hand_written_step_adjoint_equals_reverse_mode_through_the_step(method, input):
+    """The implicit gradients' derivative of the integrator step with respect to the problem's data
+    (adjoint of the stages, one reverse pass through Newton-Euler, dt summed by hand) against
+    jax.grad through the very step, with respect to every array of the problem (the arm's links,
+    drives, friction, payload and kinematics, dt), on a two-joint arm with drives and friction."""
+    from jaxarm.control.trajopt.ocp import _step, solver_arm
+    from jaxarm.control.trajopt.solvers.implicit import _dynamics_data_vjp
+    from tests.helpers import random_arm
+
+    arm = random_arm(5, "RP", drives=True, payload=True)
+    arm = arm.replace(drives=dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05)))
+    if input == "voltage" and not np.all(np.asarray(arm.drives.torque_constant) > 0):
+        pytest.skip("random arm without a motor model")
+    problem = trajopt.ocp(arm, jnp.array([0.3, 0.1]), 2, 0.01, costs=terms.effort(), method=method, input=input,
+                          joint_limits=False)
+    rng = np.random.default_rng(1)
+    zs = jnp.asarray(rng.uniform(-1, 1, (3, 3 * arm.n)))
+    ws = jnp.asarray(rng.normal(size=(3, 2 * arm.n)))
+
+    def through_the_step(p):
+        a = solver_arm(p)
+        F = jax.vmap(lambda z: _step(a, z[: 2 * arm.n], z[2 * arm.n:], p.dt, p.method, p.input))(zs)
+        return jnp.sum(ws * F)
+
+    by_hand = jax.jit(jax.grad(lambda p: _dynamics_data_vjp(problem, zs, ws)(p)))(problem)
+    reference = jax.jit(jax.grad(through_the_step))(problem)
+    leaves, ref_leaves = jax.tree_util.tree_leaves(by_hand), jax.tree_util.tree_leaves(reference)
+    assert len(leaves) == len(ref_leaves)
+    for a, b in zip(leaves, ref_leaves):
+        assert_close(np.asarray(a), np.asarray(b), rtol=1e-9, atol=1e-11)
+    assert abs(float(reference.dt)) > 1e-3 and np.abs(np.asarray(reference.arm.links.mass)).max() > 1e-6  # not trivial
+
+
 def test_crocoddyl_comparison_skips_cleanly_without_its_environment(tmp_path, capsys):
     """experiments/trajopt_crocoddyl.py runs Crocoddyl in its own environment; without one it says
     so in one JSON line and exits 0 (no traceback, nothing solved)."""
