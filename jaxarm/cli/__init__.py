@@ -54,6 +54,7 @@ from .payload import _cmd_identify_payload
 from .inverse import _cmd_inverse
 from .plot import _cmd_plot
 from .simulate import _cmd_simulate
+from .view import _cmd_arms, _cmd_view
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,8 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="FILE.npz", help="results file")
     p.add_argument("--csv", metavar="FILE.csv", help="also write t, q, qd, tau as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="also plot q, qd, tau against time (needs matplotlib)")
-    p.add_argument("--animate", metavar="FILE.gif", help="also draw the arm moving, as an animated GIF (needs matplotlib; "
-                   "with --batch, the first rollout)")
+    p.add_argument("--animate", metavar="FILE.gif|FILE.html", help="also draw the arm moving: an animated GIF (needs matplotlib; "
+                   "with --batch, the first rollout) or an interactive 3-D page that opens offline (with --batch, up to 16 rollouts)")
     strict(p)
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_simulate)
@@ -229,6 +230,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_estimate)
 
+    p = arm_command("view", "draw the arm at a configuration or along saved runs: an interactive page "
+                    "(.html, opens offline), a picture (.png) or an animation (.gif)")
+    p.add_argument("--q", help="joint positions to draw (default zeros, or the runs' motion)", **vec)
+    p.add_argument("--traj", nargs="+", metavar="RESULTS.npz", help="runs to play (jaxarm simulate --out, or any .npz with t and q)")
+    p.add_argument("--target", help="points to mark, x,y,z in metres (several: x1,y1,z1,x2,...)", **vec)
+    p.add_argument("--title", help="title of the page or picture (default: the arm's name)")
+    p.add_argument("--out", required=True, metavar="FILE", help="FILE.html, FILE.png or FILE.gif")
+    p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
+    p.set_defaults(func=_cmd_view)
+
+    p = sub.add_parser("arms", help="list the bundled arms", description="list the bundled arms, one line each")
+    p.set_defaults(func=_cmd_arms)
+
     p = sub.add_parser("plot", help="plot a saved run", description="plot a saved run (jaxarm simulate --out)")
     p.add_argument("results", metavar="RESULTS.npz")
     p.add_argument("--out", metavar="FILE.png", help="image file (default: RESULTS with .png)")
@@ -278,7 +292,7 @@ def main(argv=None) -> int:
         parser = build_parser()
         args = parser.parse_args(_protect_negative_numbers(argv))
         if getattr(args, "func", None) is None:
-            raise CommandError("expected a command: info, inverse, forward, simulate, export, plot, identify, identify-payload or estimate (see 'jaxarm --help')")
+            raise CommandError("expected a command: info, inverse, forward, simulate, view, export, plot, identify, identify-payload, estimate or arms (see 'jaxarm --help')")
         code = args.func(args)
         note = getattr(args, "_note", None)
         if note:

@@ -15,28 +15,40 @@ import io
 
 import numpy as np
 
-__all__ = ["skeleton", "draw_arm", "animate_arm"]
+__all__ = ["skeleton", "skeletons", "draw_arm", "animate_arm"]
 
 
 def skeleton(arm, q):
-    """Points (m, 3) of the arm's stick figure at q (n,), base first, tool last, and the joint
-    origins (n, 3), in the world frame."""
+    """Points (m, 3) of the arm's stick figure at q (n,), base first, tool last, the joint
+    origins (n, 3), the base frame (4, 4) and the tool frame (4, 4), in the world frame."""
+    points, joints, base, tools = skeletons(arm, np.asarray(q, dtype=float)[None])
+    return points[0], joints[0], base, tools[0]
+
+
+def skeletons(arm, qs):
+    """:func:`skeleton` at every row of qs (F, n) in one batched call: points (F, m, 3), joint
+    origins (F, n, 3), the base frame (4, 4) and the tool frames (F, 4, 4)."""
+    import jax
+
     from ..dynamics.kinematics import forward_kinematics
 
-    frames, tool = (np.asarray(x, dtype=float) for x in forward_kinematics(arm, np.asarray(q, dtype=float)))
-    points = [frames[0][:3, 3]]
+    qs = np.asarray(qs, dtype=float)
+    if qs.ndim != 2 or qs.shape[1] != arm.n:
+        raise ValueError(f"skeletons: expected q (F, {arm.n}), got {qs.shape}")
+    frames, tools = (np.asarray(x, dtype=float) for x in jax.jit(jax.vmap(forward_kinematics, (None, 0)))(arm, qs))
+    points = [frames[:, 0, :3, 3]]
     kin = arm.kinematics
     for i in range(arm.n):
-        prev = frames[i]
+        prev = frames[:, i]
         if hasattr(kin, "d"):  # DH: draw the row's offset as its own segment
             if arm.convention == "standard":
-                s = float(kin.d[i]) + (float(q[i]) if arm.joint_types[i] == "prismatic" else 0.0)
-                points.append(prev[:3, 3] + s * prev[:3, 2])
+                s = float(kin.d[i]) + (qs[:, i] if arm.joint_types[i] == "prismatic" else 0.0)
+                points.append(prev[:, :3, 3] + np.reshape(s, (-1, 1)) * prev[:, :3, 2])
             else:
-                points.append(prev[:3, 3] + float(kin.a[i]) * prev[:3, 0])
-        points.append(frames[i + 1][:3, 3])
-    points.append(tool[:3, 3])
-    return np.asarray(points), frames[1:, :3, 3], frames[0], tool
+                points.append(prev[:, :3, 3] + float(kin.a[i]) * prev[:, :3, 0])
+        points.append(frames[:, i + 1, :3, 3])
+    points.append(tools[:, :3, 3])
+    return np.stack(points, axis=1), frames[:, 1:, :3, 3], frames[0, 0], tools
 
 
 def _limits(points):
@@ -105,7 +117,8 @@ def animate_arm(arm, t, q, file, *, frames: int = 80, target=None, fps: float | 
     if q.ndim != 2 or q.shape[0] != t.shape[0] or q.shape[1] != arm.n:
         raise ValueError(f"animate_arm: expected q (T+1, {arm.n}) matching t (T+1,), got q {q.shape}, t {t.shape}")
     idx = np.unique(np.linspace(0, len(t) - 1, min(frames, len(t))).round().astype(int))
-    figures = [skeleton(arm, q[k]) for k in idx]  # once per frame: the tool path and the drawing use them
+    points, joints, base, tools = skeletons(arm, q[idx])  # once: the tool path and the drawing use them
+    figures = [(points[j], joints[j], base, tools[j]) for j in range(len(idx))]
     tool_path = np.asarray([f[3][:3, 3] for f in figures])
     every = np.concatenate([f[0] for f in figures] + ([np.asarray(target)[None]] if target is not None else []))
     box = _limits(every)

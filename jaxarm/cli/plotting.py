@@ -30,10 +30,12 @@ def require_matplotlib():
     return Figure
 
 
-def load_results(source) -> dict:
+def load_results(source, *, motion_only: bool = False) -> dict:
     """A results mapping from a path to an ``.npz`` file, an open NpzFile, a dict, or a
-    :class:`jaxarm.Trajectory` (anything with attributes t, q, qd, tau). Raises ValueError
-    naming what is missing or malformed."""
+    :class:`jaxarm.Trajectory` (anything with attributes t, q, qd, tau). With ``motion_only``,
+    only t and q are needed (what a drawing of the arm uses). Raises ValueError naming what is
+    missing or malformed."""
+    required = ("t", "q") if motion_only else REQUIRED
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         try:
@@ -53,15 +55,24 @@ def load_results(source) -> dict:
         keys = source.files if hasattr(source, "files") else source.keys()
         data = {k: source[k] for k in keys}
         where = "results"
-    elif all(hasattr(source, k) for k in REQUIRED):
+    elif all(hasattr(source, k) for k in required):
         data = {k: getattr(source, k) for k in ("t", "q", "qd", "qdd", "tau", "u") if hasattr(source, k)}
         where = "trajectory"
     else:
         raise ValueError(f"plot_trajectory: expected a results .npz path, a dict or a Trajectory, got {type(source).__name__}")
-    missing = [k for k in REQUIRED if k not in data]
+    missing = [k for k in required if k not in data]
     if missing:
         raise ValueError(f"{where}: not a jaxarm results file: missing {', '.join(repr(k) for k in missing)}")
     data = {k: np.asarray(v) for k, v in data.items()}
+    if motion_only:
+        q, t = data["q"], data["t"]
+        if t.ndim == 2:  # a batched t repeats the same times
+            t = data["t"] = t[0]
+        if q.ndim not in (2, 3) or t.ndim != 1 or t.shape[0] != q.shape[-2]:
+            raise ValueError(f"{where}: expected t (T+1,) and q ([B,] T+1, n), got t {t.shape}, q {q.shape}")
+        if not (np.issubdtype(q.dtype, np.number) and np.issubdtype(t.dtype, np.number)):
+            raise ValueError(f"{where}: t and q must be numbers")
+        return data
     q, qd, tau, t = data["q"], data["qd"], data["tau"], data["t"]
     if q.ndim not in (2, 3) or qd.shape != q.shape or tau.shape[:-2] != q.shape[:-2] or tau.shape[-1] != q.shape[-1]:
         raise ValueError(f"{where}: inconsistent shapes q {q.shape}, qd {qd.shape}, tau {tau.shape}")

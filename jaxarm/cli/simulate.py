@@ -282,8 +282,9 @@ def _cmd_simulate(args) -> int:
 
     outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.csv, "--csv"), (args.plot, "--plot"),
                                                               (args.animate, "--animate")) if p]
-    if args.animate and os.path.splitext(args.animate)[1].lower() != ".gif":
-        raise CommandError(f"--animate: {args.animate}: expected a .gif file (an animated GIF)")
+    animate_ext = os.path.splitext(args.animate)[1].lower() if args.animate else None
+    if args.animate and animate_ext not in (".gif", ".html"):
+        raise CommandError(f"--animate: {args.animate}: expected a .gif file (an animated GIF) or a .html file (an interactive 3-D page)")
     seen = {}
     for path, option in outputs:
         _Outputs.check(path, option, args.force)
@@ -291,7 +292,7 @@ def _cmd_simulate(args) -> int:
         if key in seen:
             raise CommandError(f"{option}: {path} is also the {seen[key]} file")
         seen[key] = option
-    for option, wanted in (("--plot", args.plot), ("--animate", args.animate)):
+    for option, wanted in (("--plot", args.plot), ("--animate", args.animate if animate_ext == ".gif" else None)):
         if wanted:
             try:
                 require_matplotlib()
@@ -370,15 +371,25 @@ def _cmd_simulate(args) -> int:
             fmt = os.path.splitext(args.plot)[1].lstrip(".").lower() or "png"
             files.write(args.plot, lambda f: plot_trajectory(record, f, format=fmt))
         if args.animate:
-            from .drawing import animate_arm
-
-            q_first = result["q"][0] if batch else result["q"]
             target = None
             if controller is not None:
                 from ..dynamics.kinematics import tool_pose
 
                 target = np.asarray(tool_pose(arm, controller["target"]))[:3, 3]
-            files.write(args.animate, lambda f: animate_arm(arm, result["t"], q_first, f, target=target))
+            if animate_ext == ".html":
+                from .view import MAX_BATCH_SHOWN
+                from .viewer import html_view
+
+                qs = result["q"][:MAX_BATCH_SHOWN] if batch else result["q"][None]
+                runs = [(f"rollout {b}" if batch else source, result["t"], qb) for b, qb in enumerate(qs)]
+                page = html_view(arm, None, runs, targets=[] if target is None else [target],
+                                 title=f"{arm.name}: {source}")
+                files.write(args.animate, lambda f: f.write(page.encode("utf-8")))
+            else:
+                from .drawing import animate_arm
+
+                q_first = result["q"][0] if batch else result["q"]
+                files.write(args.animate, lambda f: animate_arm(arm, result["t"], q_first, f, target=target))
         files.commit()
     except OSError as exc:
         raise CommandError(f"cannot write the results: {_one_line(exc)}", EXIT_FAILURE) from None
