@@ -71,7 +71,7 @@ cache is disabled so compile times are real. jaxarm's entries are compiled with
 ``--plain-jit`` compiles them with a plain ``jax.jit`` instead, to see what a user's own jit gets
 (on CPU: slower rollouts, and a much slower adjoint gradient). ``XLA_FLAGS`` is recorded in the machine line: with
 jaxlib 0.10.2, ``XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`` (YNNPACK fusions off) makes the
-batched kernels several times faster, float32 above all (see the README).
+batched kernels several times faster, float32 above all (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -745,7 +745,7 @@ def fmt(value, unit):
 def summary(rows, markdown=False):
     """A table per (arm, quantity): one line per (implementation, dtype, entry), one column per batch.
 
-    Plain text for the terminal, or Markdown (``--markdown``) for the README.
+    Plain text for the terminal, or Markdown (``--markdown``) for docs/benchmarks.md.
     """
     lines = []
     groups = {}
@@ -820,7 +820,7 @@ def parse(argv):
     p.add_argument("--plain-jit", action="store_true",
                    help="compile jaxarm's entries with a plain jax.jit, without jaxarm.compiler_options() (what a user's own jit gets)")
     p.add_argument("--record", metavar="PATH", help="write this run (machine, command, rows) as JSON to PATH")
-    p.add_argument("--markdown", metavar="PATH", help="write the summary tables as Markdown to PATH (for the README)")
+    p.add_argument("--markdown", metavar="PATH", help="write the summary tables as Markdown to PATH (for docs/benchmarks.md)")
     p.add_argument("--baseline", default=DEFAULT_BASELINE, help="recorded numbers to compare with ('none' to skip)")
     p.add_argument("--threshold", type=float, default=0.30, help="flag a slowdown beyond 1 + threshold (default 0.30)")
     p.add_argument("--strict", action="store_true", help="exit with status 3 if a REGRESSION is flagged")

@@ -4,9 +4,9 @@ Data: ``panda_excitation_traj1.csv`` (Gaz et al. 2019, "Trajectory_1"), read fro
 ``../shared/data/panda/`` beside the repository (or ``--log PATH``); never copied.
 
 1. Start: ``arms/panda.toml`` (Gaz et al.'s physically consistent link parameters) plus the paper's
-   sigmoid friction (phi1..phi3 per joint, the data README's table): the published model.
+   sigmoid friction (phi1..phi3 per joint, Gaz et al. 2019, supplementary Table I): the published model.
 2. Fit part (t < ``--fit-until``, default 14.7 s), preprocessed ON ITS OWN (so no held-out sample
-   reaches the fit through the filter) as the data README prescribes:
+   reaches the fit through the filter) as the log's authors prescribe:
    ``preprocess_log(rate=1000, cutoff=10, velocity="logged")`` -- resampled to 1 kHz, zero-phase
    4th-order Butterworth at 10 Hz on q, the logged dq and the torques, ddq by central differences,
    0.4 s trimmed at both ends -- then decimated by ``--decimate`` for speed (the signals are
@@ -17,10 +17,10 @@ Data: ``panda_excitation_traj1.csv`` (Gaz et al. 2019, "Trajectory_1"), read fro
    construction), Ia, fv, fo and the sigmoid friction per joint (``--friction sigmoid``), each
    joint's residual weighted by 1 / (its starting RMSE)^2, regularized towards the published
    model (log-det divergence, weight ``--regularization``).
-4. Held-out part (t >= 14.7 s), computed the way the README's published numbers are: the whole log
+4. Held-out part (t >= 14.7 s), computed the way the published numbers are: the whole log
    resampled to 1 kHz, the logged velocity low-passed (zero phase, 4th order, 10 Hz), central
    differences for ddq, no trimming; compared with the MEASURED (resampled, unfiltered) torques.
-   The published model is evaluated the same way here (for reference) beside the README's numbers.
+   The published model is evaluated the same way here (for reference) beside the numbers its authors report.
 5. For comparison: the linear base-parameter least squares (``identify_linear``) on the same
    fit data, the sigmoid friction of the published model kept as known.
 
@@ -53,7 +53,7 @@ from jaxarm.identification import IdentificationError, identify_linear, predict_
 from jaxarm.logs import load_log, preprocess_log  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "panda" / "panda_excitation_traj1.csv"
-# Gaz et al. 2019 RA-L, supplementary Table I (the data README): sigmoid friction per joint.
+# Gaz et al. 2019 RA-L, supplementary Table I: sigmoid friction per joint.
 SIGMOID = np.array([
     [0.54615, 5.1181, 0.039533],
     [0.87224, 9.0657, 0.025882],
@@ -63,7 +63,7 @@ SIGMOID = np.array([
     [0.30301, 17.133, -0.021047],
     [0.56489, 10.336, 0.0035526],
 ])
-# Held-out RMSE of the published model (data README), N m.
+# Held-out RMSE of the published model (as its authors report it), N m.
 PUBLISHED = np.array([0.350, 0.726, 0.312, 0.471, 0.140, 0.130, 0.062])
 PREPROCESSING = dict(rate=1000.0, cutoff=10.0, velocity="logged")
 
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     print(json.dumps({"sigmoid_friction": np.asarray(fit.arm.drives.sigmoid_friction).round(5).tolist()}))
 
     header = f"{'joint':>5}  {'fit':>7}  {'published':>9}  {'published*':>10}" + ("  {:>7}".format("linear") if linear is not None else "")
-    print("\nHeld-out RMSE [N m] (t >= %.1f s; published = data README, * = evaluated here)" % args.fit_until)
+    print("\nHeld-out RMSE [N m] (t >= %.1f s; published = as its authors report it, * = evaluated here)" % args.fit_until)
     print(header)
     for j in range(n):
         line = f"{j + 1:>5}  {fitted[j]:7.3f}  {PUBLISHED[j]:9.3f}  {rmse['published model'][j]:10.3f}"

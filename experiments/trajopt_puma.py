@@ -24,7 +24,7 @@ smoothed to tanh(qd / 0.2 rad/s) (``--coulomb-scale``, ``coulomb_velocity_scale`
 makes the cost non-differentiable at rest, exactly where a rest-to-rest motion starts and ends).
 A sharper 0.05 rad/s was the old default: then the wrist joints, which barely move, sit in the
 steep part of the tanh, iLQR's linear model of the step holds only for tiny changes, its line
-search settles at steps of 1/16 and it takes 57-88 iterations at dt = 20 ms (see the README);
+search settles at steps of 1/16 and it takes 57-88 iterations at dt = 20 ms (see docs/guide/trajopt.md);
 at 0.2 rad/s it converges in about 35. Their rates are below ~150 1/s, so h * rate <= 1.5,
 inside RK3's stability interval (2.51) with margin. The check is
 printed: ``resim_position_error`` re-simulates the optimized input at dt = 1 ms (same 10 ms hold)

@@ -133,6 +133,7 @@ from .control.linearize import (
     state_space_from_second_order,
 )
 from .control.lqr import TVLQR, tvlqr, tvlqr_controller, tvlqr_tracking
+from .control.inverse_kinematics import IKResult, inverse_kinematics, rotation_vector
 from .control import resolved_rate  # the module: jaxarm.resolved_rate.resolved_rate(...), .resolved_rate_motion(...)
 from .control import trajopt  # jaxarm.trajopt.shooting / multiple_shooting / ilqr / reach_problem
 from .core.xla import compiler_options, jit  # jax.jit with jaxarm's CPU compiler options (see jaxarm/core/xla.py)

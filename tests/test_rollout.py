@@ -409,3 +409,20 @@ def test_batch_argument_errors():
     with pytest.raises(ValueError, match="arm_batched"):
         jaxarm.rollout_batch(jaxarm.stack_arms([base] * 3), np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 5, 3)), 0.01,
                              arm_batched=True)
+
+
+def test_a_schedule_closed_over_inside_jit_is_accepted_and_nan_still_refused():
+    """A concrete schedule captured by a jitted function (not an argument) is checked with numpy;
+    inside the trace the jnp check would be a tracer and could not be turned into a bool."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxarm
+
+    arm = jaxarm.load_arm("two_link_planar")
+    u = jnp.ones((5, 2))
+    q = jax.jit(lambda q0: jaxarm.rollout(arm, q0, jnp.zeros(2), u, 1e-3).q[-1])(jnp.zeros(2))
+    assert q.shape == (2,) and bool(jnp.all(jnp.isfinite(q)))
+    bad = u.at[2, 1].set(jnp.nan)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        jax.jit(lambda q0: jaxarm.rollout(arm, q0, jnp.zeros(2), bad, 1e-3).q[-1])(jnp.zeros(2))

@@ -30,12 +30,14 @@ import jax.numpy as jnp
 import jax.scipy.linalg
 import numpy as np
 
+from ..core.xla import jit as _xla_jit
 from ..dynamics import motors
 from ..dynamics.forward import _forward_dynamics
 from ..dynamics.newton_euler import _inverse_dynamics
 from ..model import checks
 from ..model.arm import Arm
 from ..simulate import integrators
+from ..simulate.batch import _ConstantArm
 from ..simulate.rollouts import rollout
 
 INPUTS = ("torque", "voltage")
@@ -194,16 +196,26 @@ def discrete_dynamics(arm: Arm, x, u, dt, *, method="rk3", input: str = "torque"
     return _step(arm, x.astype(jnp.result_type(x.dtype, float)), u, dt, f_ext, method, input, saturate)
 
 
-@functools.partial(jax.jit, static_argnames=("input", "saturate"))
-def _continuous_jacobians(arm, x, u, fe, input, saturate):
+def _folded(arm):
+    """(arm argument, static constant): a concrete arm is compiled in as constants, so its
+    structural zeros fold away (as in :func:`jaxarm.rollout_batch`); a traced one stays data."""
+    return (None, _ConstantArm(arm)) if checks.concrete(arm) else (arm, None)
+
+
+@functools.partial(_xla_jit, static_argnames=("input", "saturate", "constant"))
+def _continuous_jacobians(arm, x, u, fe, input, saturate, constant=None):
+    arm = constant.arm if constant is not None else arm
+
     def one(x, u, fe):
         return jax.jacfwd(_state_derivative, argnums=(1, 2))(arm, x, u, input, fe, saturate)
 
     return jax.vmap(one, in_axes=(0, 0, None if fe is None else 0))(x, u, fe)
 
 
-@functools.partial(jax.jit, static_argnames=("method", "input", "saturate"))
-def _discrete_jacobians(arm, x, u, dt, fe, method, input, saturate):
+@functools.partial(_xla_jit, static_argnames=("method", "input", "saturate", "constant"))
+def _discrete_jacobians(arm, x, u, dt, fe, method, input, saturate, constant=None):
+    arm = constant.arm if constant is not None else arm
+
     def one(x, u, fe):
         return jax.jacfwd(_step, argnums=(1, 2))(arm, x, u, dt, fe, method, input, saturate)
 
@@ -223,7 +235,8 @@ def linearize_continuous(arm: Arm, q, qd, u, *, input: str = "torque", f_ext=Non
     _check_input_kind(arm, input, func)
     q, qd, u = arrays["q"], arrays["qd"], arrays["u"]
     fe = _f_ext_rows(f_ext, q.shape[0], func)
-    A, B = _continuous_jacobians(arm, jnp.concatenate([q, qd], axis=1), u, fe, input, saturate)
+    data, constant = _folded(arm)
+    A, B = _continuous_jacobians(data, jnp.concatenate([q, qd], axis=1), u, fe, input, saturate, constant=constant)
     return LinearModel(A[0], B[0]) if single else LinearModel(A, B)
 
 
@@ -247,7 +260,8 @@ def linearize_trajectory(
     q, qd, u = arrays["q"], arrays["qd"], arrays["u"]
     fe = _f_ext_rows(f_ext, q.shape[0], func)
     dt = jnp.asarray(dt, q.dtype)
-    A, B = _discrete_jacobians(arm, jnp.concatenate([q, qd], axis=1), u, dt, fe, method, input, saturate)
+    data, constant = _folded(arm)
+    A, B = _discrete_jacobians(data, jnp.concatenate([q, qd], axis=1), u, dt, fe, method, input, saturate, constant=constant)
     return LinearModel(A[0], B[0]) if single else LinearModel(A, B)
 
 
@@ -285,7 +299,7 @@ def discretize_zoh(A, B, dt) -> LinearModel:
     return LinearModel(Ad[0], Bd[0]) if single else LinearModel(Ad, Bd)
 
 
-@jax.jit
+@_xla_jit
 def _second_order(arm, q, qd, qdd, fe):
     def one(q, qd, qdd, fe):
         f = fe if fe is not None else jnp.zeros(6, q.dtype)

@@ -1,7 +1,7 @@
 """XLA compiler options for the jitted entry points jaxarm owns.
 
 Two options of jaxlib's CPU backend (0.10.x) matter for arm dynamics, both measured in the same
-process (README, "Benchmark"):
+process (docs/benchmarks.md):
 
 - ``xla_cpu_experimental_ynn_fusion_type=""``: no YNNPACK fusions (``__ynn_fusion`` in the compiled
   HLO). For the tiny per-state arrays of arm dynamics (3-vectors, 3x3 rotations, batched) those

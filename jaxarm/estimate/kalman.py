@@ -111,7 +111,7 @@ def _filter(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
 class KalmanEstimate:
     """Result of :func:`extended_kalman_filter`: ``q``, ``qd`` (N, n) filtered states,
     ``external`` (N, n) external joint torques (None unless estimated), ``covariance`` (N, d, d)
-    of the state (q, qd[, e][, theta]), ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,)
+    of the state ``(q, qd[, e][, theta])``, ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,)
     normalized innovation squared of the forward pass (chi-square with as many degrees of freedom
     as measurements when the noise model is right), ``parameters`` (N, p) the estimated physical
     parameters theta (None unless estimated); ``smoothed``: the states are the RTS smoother's."""

@@ -76,7 +76,7 @@ class Log:
 
     @property
     def duration(self) -> float:
-        """t[-1] - t[0] [s]."""
+        """``t[-1] - t[0]``, in seconds."""
         return float(self.t[-1] - self.t[0]) if len(self) else 0.0
 
     @property

@@ -48,6 +48,12 @@ CONVENTIONS = ("standard", "modified", "placement")
 def _register(data_fields, meta_fields):
     def wrap(cls):
         cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
+        if "replace" not in cls.__dict__:  # arm.links.replace(mass=...), as arm.replace(links=...)
+            def replace(self, **changes):
+                """A copy with the given fields changed (``dataclasses.replace``)."""
+                return dataclasses.replace(self, **changes)
+
+            cls.replace = replace
         return jax.tree_util.register_dataclass(cls, data_fields=data_fields, meta_fields=meta_fields)
 
     return wrap

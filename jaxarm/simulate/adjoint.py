@@ -17,7 +17,7 @@ only a small matrix-vector product per step: the step Jacobians d g / d(c_k, x_k
 first, for all k at once (they depend on the stored states only), in forward mode (one tangent per
 carry and input entry, ~18 for a 6-joint arm) vmapped over time, which XLA vectorizes like any
 large batch; the parameter cotangent is one reverse pass vmapped over time. Measured on the Puma
-560 (``experiments/benchmark.py --quantities rollout_grad``), see the README.
+560 (``experiments/benchmark.py --quantities rollout_grad``), see docs/how-it-works.md.
 
 Compile it with jaxarm's CPU compiler options (:func:`jaxarm.jit`): with XLA's CPU fusion
 emitters on (a plain ``jax.jit``, jaxlib 0.10) the vmapped forward-mode Jacobians compile into

@@ -2,7 +2,7 @@
 
 The batch axis is laid out over a 1-D ``jax.sharding.Mesh`` of all devices, so the same code
 runs on one CPU, on 8 GPUs, or on several hosts after ``jax.distributed.initialize()`` (every
-process then calls :func:`rollout_batch` with the same global arguments; see the README).
+process then calls :func:`rollout_batch` with the same global arguments; see docs/guide/simulation.md).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def rollout_batch(
 
     constant_arm: compile the arm's values into the program (default; one arm, not batched, not a
     tracer), so that its structural zeros cost nothing: a 1000-step RK3 rollout of the Puma 560
-    runs ~1.6x faster and compiles ~2x faster than with the arm as data (README, Benchmarks).
+    runs ~1.6x faster and compiles ~2x faster than with the arm as data (docs/benchmarks.md).
     Calls with an arm of other values then compile again; pass ``constant_arm=False`` to compile
     once for every arm of the same structure (a Python loop over many arms; or batch them with
     ``arm_batched=True``). The results are the same up to rounding.

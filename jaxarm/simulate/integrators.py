@@ -59,7 +59,7 @@ def semi_implicit_euler(f, t, q, qd, dt):
 def explicit_rk(c, A, b):
     """The explicit Runge-Kutta step with Butcher tableau (c, A, b) written as a loop over its
     stages (``jax.lax.scan``), so the dynamics ``f`` is traced and compiled once instead of once
-    per stage: stage i evaluates f at x + dt sum_j A[i][j] k_j (j < i), x = (q, qd), k_j = (qd_j, a_j);
+    per stage: stage i evaluates f at ``x + dt sum_j A[i][j] k_j`` (j < i), x = (q, qd), k_j = (qd_j, a_j);
     the step is x + dt sum_i b_i k_i (Hairer, Norsett & Wanner, Solving ODEs I, II.1 eq. 1.8).
     Equal to the unrolled form (e.g. :func:`rk3`) up to rounding."""
     c, A, b = (np.asarray(x, float) for x in (c, A, b))

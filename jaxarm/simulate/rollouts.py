@@ -115,7 +115,7 @@ def rollout(
     adjoint: reverse-mode derivatives by the discrete adjoint (:func:`jaxarm.adjoint.scan`): the
         step Jacobians for all steps at once in forward mode, then one small matrix-vector
         product per step backwards. Same gradient as plain autodiff (to rounding), about 10x
-        faster for one rollout on a CPU (README, Benchmarks); needs an input schedule (not a
+        faster for one rollout on a CPU (docs/benchmarks.md); needs an input schedule (not a
         policy), stores T x 2n x 3n Jacobian entries per rollout, and has no forward-mode rule
         (``jax.jvp``/``jacfwd``/``hessian`` of such a rollout raise; leave it off for those).
         On a CPU compile the gradient with :func:`jaxarm.jit` (``jax.jit`` with jaxarm's compiler
@@ -153,7 +153,8 @@ def rollout(
         T = schedule.shape[0]
         if steps is not None and steps != T:
             raise ValueError(f"rollout: steps={steps} disagrees with the schedule's {T} rows")
-        if not isinstance(schedule, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(schedule))):
+        # numpy, not jnp: inside a jit even a concrete (closed-over) schedule's jnp result is traced
+        if not isinstance(schedule, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(schedule))):
             raise ValueError("rollout: inputs: the schedule contains NaN or inf")
     else:
         if steps is None:

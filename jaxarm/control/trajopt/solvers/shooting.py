@@ -112,7 +112,7 @@ def shooting(
     checkpoint: rematerialize rollout steps in the backward pass (less memory).
     adjoint: gradients by the discrete adjoint (``jaxarm.rollout(..., adjoint=True)``): the same
         gradient, cheaper per iteration for one problem on a CPU when compiled with
-        :func:`jaxarm.jit` (README, "Trajectory optimization"); under a plain ``jax.jit`` on a CPU
+        :func:`jaxarm.jit` (docs/guide/trajopt.md); under a plain ``jax.jit`` on a CPU
         it is slower than plain reverse mode (see :func:`jaxarm.rollout`).
     Pure and traceable: ``jax.vmap(lambda p: shooting(arm, p, u0))(problems)`` solves a batch.
     """

@@ -1,0 +1,136 @@
+"""The documentation cannot rot: the site builds strictly, the quick start and every tutorial run
+as written, every other page's code names things that exist, and the command reference covers
+every command."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+import subprocess
+import sys
+
+import pytest
+
+from docs_pages import CLI_MARK, CLI_PAGE, ROOT, blocks, cli_help, run_page
+
+DOCS = ROOT / "docs"
+EXECUTED = ["quickstart.md"] + sorted(f"tutorials/{p.name}" for p in (DOCS / "tutorials").glob("*.md"))
+CHECKED = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if str(p.relative_to(DOCS)) not in EXECUTED)
+
+
+def test_every_tutorial_is_executed_and_in_the_site():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert len(EXECUTED) >= 6
+    for page in EXECUTED + CHECKED:
+        assert page in nav or page == "architecture.md" and "architecture.md" in nav, f"{page} is not in mkdocs.yml's nav"
+
+
+@pytest.mark.parametrize("page", EXECUTED)
+def test_page_runs_as_written(page, tmp_path):
+    code, output, seconds = run_page(DOCS / page, tmp_path)
+    assert code == 0, f"{page} failed after {seconds:.0f} s:\n{output[-4000:]}"
+    assert output.strip(), f"{page} printed nothing"
+    assert "Traceback" not in output
+
+
+def _jaxarm_names(tree):
+    """Dotted names ``jaxarm.a.b`` used as attribute chains, and ``from jaxarm.x import y`` pairs."""
+    names, imports = set(), []
+    aliases = {"jaxarm": "jaxarm"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "jaxarm":
+            for a in node.names:
+                imports.append((node.module, a.name))
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "jaxarm":
+                    aliases[a.asname or a.name] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, cur = [], node
+            while isinstance(cur, ast.Attribute):
+                chain.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name) and cur.id in aliases and aliases[cur.id].split(".")[0] == "jaxarm":
+                names.add(".".join([aliases[cur.id]] + chain[::-1]))
+    return names, imports
+
+
+def _resolve(dotted: str):
+    parts = dotted.split(".")
+    obj = importlib.import_module(parts[0])
+    for k, part in enumerate(parts[1:], start=1):
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+            continue
+        try:
+            obj = importlib.import_module(".".join(parts[: k + 1]))
+        except ImportError:
+            return None, ".".join(parts[: k + 1])
+    return obj, None
+
+
+@pytest.mark.parametrize("page", CHECKED + ["../README.md"])
+def test_code_on_other_pages_parses_and_names_what_exists(page):
+    """Pages whose examples take minutes (the measured experiments) are not run; their Python must
+    still parse, and every ``jaxarm.`` name and import in it must exist."""
+    path = DOCS / page
+    for code in blocks(path, "python"):
+        tree = ast.parse(code)
+        names, imports = _jaxarm_names(tree)
+        for module, name in imports:
+            mod = importlib.import_module(module)
+            assert hasattr(mod, name) or importlib.util.find_spec(f"{module}.{name}"), f"{page}: from {module} import {name}"
+        for dotted in sorted(names):
+            obj, missing = _resolve(dotted)
+            # attributes of results (res.x, arm.links.mass) are not module names: only check
+            # chains whose head resolves to a module and whose next part is absent from it
+            if missing is not None:
+                parent, _ = _resolve(missing.rsplit(".", 1)[0])
+                assert not isinstance(parent, type(sys)), f"{page}: {dotted}: {missing} does not exist"
+
+
+def test_readme_runs_as_written(tmp_path):
+    """The README's short example runs (its shell blocks are the install and test commands, not
+    run here)."""
+    script = "\n\n".join(blocks(ROOT / "README.md", "python"))
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip()
+
+
+def test_command_reference_covers_every_command():
+    from jaxarm.cli import build_parser
+
+    text = (DOCS / "reference" / "cli.md").read_text()
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    for name in commands:
+        assert re.search(rf"\bjaxarm {re.escape(name)}\b", text), f"docs/reference/cli.md does not show 'jaxarm {name}'"
+
+
+def test_command_reference_holds_the_current_help():
+    """The options listed in the reference are the parser's own (argparse's layout differs between
+    Python versions, so the check runs on the version that wrote them)."""
+    text = CLI_PAGE.read_text()
+    written = re.search(r"with Python (\d+)\.(\d+);", text)
+    assert written, f"{CLI_PAGE}: the generated part is missing (python tests/docs_pages.py --write-cli)"
+    if (int(written.group(1)), int(written.group(2))) != sys.version_info[:2]:
+        pytest.skip(f"the reference was written with Python {written.group(1)}.{written.group(2)}")
+    generated = text.split(CLI_MARK, 1)[1].split("\n", 1)[1].strip()
+    assert generated == cli_help().strip(), "the CLI changed: run python tests/docs_pages.py --write-cli"
+
+
+def test_site_builds_strictly(tmp_path):
+    """mkdocs build --strict: a broken link, a missing page or an unresolvable API reference fails."""
+    if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None:
+        pytest.skip("mkdocs and mkdocstrings are not installed (pip install -e '.[docs]')")
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
+    api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
+    assert "inverse_dynamics" in api and "rollout" in api
