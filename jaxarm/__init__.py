@@ -107,7 +107,16 @@ from .identify.consistent import (
     log_cholesky_to_pseudo_inertia,
     parameters_to_log_cholesky,
 )
-from .estimate import KalmanEstimate, MomentumObserver, detect_contact, detection_threshold, extended_kalman_filter, momentum_observer
+from .estimate import (
+    KalmanEstimate,
+    MomentumObserver,
+    detect_contact,
+    detection_threshold,
+    extended_kalman_filter,
+    kalman_filter,
+    momentum_observer,
+    unscented_kalman_filter,
+)
 from .identify.output_error import OutputErrorFit, refine_output_error, simulation_error
 from .identify.export import ExportCheck, check_export
 from .identify.payload import PayloadIdentification, identify_payload

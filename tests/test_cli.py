@@ -337,18 +337,47 @@ def test_simulate_never_runs_past_duration_and_says_so(tmp_path, capsys):
     assert "note:" not in capsys.readouterr().out
 
 
-def test_simulate_reports_joints_that_leave_their_limits(tmp_path, capsys):
-    """The Puma falls under gravity with zero torque: joint 2 passes its -45 degree stop."""
+def test_simulate_holds_joints_at_their_end_stops_and_says_so(tmp_path, capsys):
+    """The Puma falls under gravity with zero torque: joint 2 reaches its -45 degree stop and rests
+    on it; with --no-stops it passes the limit and a warning says so."""
     out = tmp_path / "run.npz"
+    lo = np.asarray(load_arm("puma560").limits.position)[:, 0]
     assert main(["simulate", "puma560", "--duration", "1", "--dt", "0.002", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    q, qd = np.load(out)["q"], np.load(out)["qd"]
+    assert (q >= lo).all() and q[-1, 1] == lo[1] and qd[-1, 1] == 0.0
+    stops = [line for line in captured.out.splitlines() if line.startswith("end stop:")]
+    assert len(stops) == 1 and stops[0].startswith("end stop: joint 2 reached its lower limit (-0.7854 rad) at t = ")
+    assert captured.err == ""
+    assert main(["simulate", "puma560", "--duration", "1", "--dt", "0.002", "--out", str(out), "--force", "--no-stops"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     q = np.load(out)["q"]
-    lo = np.asarray(load_arm("puma560").limits.position)[:, 0]
     assert (q[:, 1] < lo[1]).any() and not (q[:, [0, 2, 3, 4, 5]] < lo[[0, 2, 3, 4, 5]]).any()
     assert len(err) == 1 and err[0].startswith("jaxarm: warning: joint 2 left its position limits [-0.7854, 3.927] rad")
     assert main(["simulate", "puma560", "--controller", "pd", "--target", "0,0.8,-0.8,0,0.5,0", "--duration", "0.2",
                  "--dt", "0.002", "--out", str(out), "--force"]) == 0
-    assert capsys.readouterr().err == ""  # inside the limits: nothing to say
+    captured = capsys.readouterr()
+    assert captured.err == "" and "end stop:" not in captured.out  # inside the limits: nothing to say
+    # A start outside the limits is refused before anything runs; --no-stops allows it.
+    assert main(["simulate", "puma560", "--q0", "0,-1,0,0,0,0", "--duration", "0.01", "--dt", "0.002",
+                 "--out", str(out), "--force"]) == 2
+    assert "--q0: joint 2 starts at -1, outside its position limits [-0.7854, 3.927]" in capsys.readouterr().err
+
+
+def test_the_progress_bar_draws_only_when_asked(capsys):
+    from jaxarm.cli.simulate import _Progress
+
+    bar = _Progress(2.0, True)
+    bar.update(0.0, "  (compiling)")
+    bar.update(0.5)
+    bar.update(1.0)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "100%" in err and "t = 2 / 2 s" in err
+    bar = _Progress(2.0, False)  # not a terminal: nothing at all
+    bar.update(0.5)
+    bar.close()
+    assert capsys.readouterr().err == ""
 
 
 def test_inverse_prints_round_off_as_zero(capsys):

@@ -149,3 +149,48 @@ def test_arms_lists_every_bundled_arm(capsys):
     for name in jaxarm.bundled_arms():
         line = next(ln for ln in out.splitlines() if ln.startswith(name + " "))
         assert len(line.split(None, 2)[2]) > 20, line  # a description, not just the name
+
+
+def test_an_mp4_holds_every_frame_of_the_animation(tmp_path, capsys):
+    """The MP4 is decoded back by ffmpeg: one frame per animation frame, the arm's picture in it
+    (each decoded frame close to the same frame of the GIF, up to H.264's loss), and it changes as
+    the arm moves."""
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="MP4 needs imageio-ffmpeg (pip install 'jaxarm[video]')")
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from jaxarm.cli.drawing import animate_arm
+
+    arm = jaxarm.load_arm("two_link_planar")
+    t, q = _run(arm, seconds=1.0, frames=21)
+    video, gif = tmp_path / "run.mp4", tmp_path / "run.gif"
+    animate_arm(arm, t, q, str(video), format="mp4")
+    animate_arm(arm, t, q, str(gif))
+    assert video.read_bytes()[4:8] == b"ftyp"
+    reader = imageio_ffmpeg.read_frames(str(video))
+    meta = reader.__next__()
+    w, h = meta["size"]
+    frames = [np.frombuffer(f, np.uint8).reshape(h, w, 3).astype(float) for f in reader]
+    assert len(frames) == 21 and meta["fps"] == pytest.approx(20.0, rel=1e-3)
+    with Image.open(gif) as im:
+        reference = []
+        for k in range(im.n_frames):
+            im.seek(k)
+            reference.append(np.asarray(im.convert("RGB"), float)[:h, :w])
+    assert len(reference) == 21
+    for a, b in zip(frames, reference):
+        assert np.mean(np.abs(a - b)) < 4.0  # lossy, but the same picture
+    # The arm moved, and each end of the video is the matching end of the GIF, not the other one.
+    for k, other in ((0, -1), (-1, 0)):
+        assert np.mean(np.abs(frames[k] - reference[k])) < 0.7 * np.mean(np.abs(frames[k] - reference[other]))
+    # From the command line, and refused with one line for a non-animation name.
+    results = tmp_path / "run.npz"
+    assert main(["simulate", "two_link_planar", "--duration", "0.1", "--dt", "0.01", "--out", str(results),
+                 "--animate", str(tmp_path / "sim.mp4")]) == 0
+    assert (tmp_path / "sim.mp4").read_bytes()[4:8] == b"ftyp"
+    assert main(["view", "two_link_planar", "--traj", str(results), "--out", str(tmp_path / "view.mp4")]) == 0
+    assert (tmp_path / "view.mp4").read_bytes()[4:8] == b"ftyp"
+    capsys.readouterr()
+    assert main(["simulate", "two_link_planar", "--duration", "0.1", "--dt", "0.01", "--out", str(tmp_path / "x.npz"),
+                 "--animate", str(tmp_path / "x.avi")]) == 2
+    assert "expected a .gif or .mp4 file" in capsys.readouterr().err and not (tmp_path / "x.npz").exists()

@@ -114,8 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
             f"damped {PD_BANDWIDTH:g} rad/s per joint: kp = {PD_BANDWIDTH**2:g} M_ii(q0), kd = {2 * PD_BANDWIDTH:g} M_ii(q0);\n"
             "gravity is compensated with the arm's own model unless --no-gravity-compensation.\n"
             "Vectors (--q0, --target, --kp, ...) are comma- or space-separated numbers.\n"
-            "The run has floor(duration / dt) steps (never past --duration). Joints leaving their\n"
-            "position limits are reported (limits are not enforced). Results (.npz): t (T+1,), q, qd ([B,] T+1, n),\n"
+            "The run has floor(duration / dt) steps (never past --duration). The joints' position\n"
+            "limits act as rigid, plastic end stops (jaxarm.rollout's stops) and each stop reached is\n"
+            "reported; --no-stops lets joints pass them (reported as a warning).\n"
+            "Results (.npz): t (T+1,), q, qd ([B,] T+1, n),\n"
             "qdd, tau, u ([B,] T, n), arm, dt, method, q0, qd0 (and target, kp, kd for pd)."
         ),
     )
@@ -136,11 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--perturb", metavar="SIGMA", help="std. dev. of Gaussian noise on the batch's initial q (rad)")
     p.add_argument("--seed", type=int, metavar="S", help="random seed for --perturb (default 0)")
     p.add_argument("--bound", default="1e6", metavar="B", help="|q| or |qd| beyond this counts as divergence (default 1e6)")
+    p.add_argument("--no-stops", action="store_true", help="let joints pass their position limits (default: the limits are end stops)")
     p.add_argument("--out", required=True, metavar="FILE.npz", help="results file")
     p.add_argument("--csv", metavar="FILE.csv", help="also write t, q, qd, tau as CSV")
     p.add_argument("--plot", metavar="FILE.png", help="also plot q, qd, tau against time (needs matplotlib)")
-    p.add_argument("--animate", metavar="FILE.gif|FILE.html", help="also draw the arm moving: an animated GIF (needs matplotlib; "
-                   "with --batch, the first rollout) or an interactive 3-D page that opens offline (with --batch, up to 16 rollouts)")
+    p.add_argument("--animate", metavar="FILE.gif|FILE.mp4|FILE.html", help="also draw the arm moving: an animated GIF or an MP4 "
+                   "(needs matplotlib, and imageio-ffmpeg for MP4; with --batch, the first rollout) or an interactive 3-D page that opens offline (with --batch, up to 16 rollouts)")
     strict(p)
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_simulate)
@@ -231,12 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_estimate)
 
     p = arm_command("view", "draw the arm at a configuration or along saved runs: an interactive page "
-                    "(.html, opens offline), a picture (.png) or an animation (.gif)")
+                    "(.html, opens offline), a picture (.png) or an animation (.gif, .mp4)")
     p.add_argument("--q", help="joint positions to draw (default zeros, or the runs' motion)", **vec)
     p.add_argument("--traj", nargs="+", metavar="RESULTS.npz", help="runs to play (jaxarm simulate --out, or any .npz with t and q)")
     p.add_argument("--target", help="points to mark, x,y,z in metres (several: x1,y1,z1,x2,...)", **vec)
     p.add_argument("--title", help="title of the page or picture (default: the arm's name)")
-    p.add_argument("--out", required=True, metavar="FILE", help="FILE.html, FILE.png or FILE.gif")
+    p.add_argument("--out", required=True, metavar="FILE", help="FILE.html, FILE.png, FILE.gif or FILE.mp4")
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_view)
 

@@ -147,14 +147,25 @@ _NUMBER = re.compile(r"[-+]?(\d+\.?\d*(e[-+]?\d+)?|inf|-)", re.IGNORECASE)
 
 
 def _table(headers, rows, indent: str = "  ") -> str:
-    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[k]) for r in cells) for k in range(len(headers))]
-    numeric = [all(_NUMBER.fullmatch(r[k]) for r in cells[1:]) for k in range(len(headers))]
-    lines = []
+    """A plain-text table (rich's ``Table`` without borders or colour, so it reads the same in a
+    terminal, a log file and a pipe): numeric columns right-aligned, text columns left-aligned."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    cells = [[str(c) for c in row] for row in rows]
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0),
+                  header_style="", show_header=True)
+    for k, h in enumerate(headers):
+        numeric = bool(cells) and all(_NUMBER.fullmatch(r[k]) for r in cells)
+        table.add_column(str(h), justify="right" if numeric else "left", no_wrap=True)
     for r in cells:
-        padded = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric)]
-        lines.append(indent + "  ".join(padded).rstrip())
-    return "\n".join(lines)
+        table.add_row(*r)
+    out = io.StringIO()
+    Console(file=out, width=10_000, color_system=None, force_terminal=False, highlight=False,
+            emoji=False, markup=False, soft_wrap=True).print(table, markup=False)
+    return "\n".join(indent + line.rstrip() for line in out.getvalue().rstrip("\n").splitlines())
 
 
 class _Outputs:

@@ -6,7 +6,8 @@ along x_{i-1} by a_{i-1} in the modified one), so the picture shows the DH table
 arm, straight segments between the joint frames. Joints are dots, the base and tool frames small
 red/green/blue triads; optional: the tool path and a target point. matplotlib only (``jaxarm[plot]``),
 drawn on its Agg canvas (no pyplot, no change to an interactive session's backend); GIF frames are
-assembled with Pillow, which matplotlib depends on.
+assembled with Pillow, which matplotlib depends on, and MP4 frames encoded (H.264) by the ffmpeg
+that the optional ``imageio-ffmpeg`` package ships.
 """
 
 from __future__ import annotations
@@ -107,12 +108,16 @@ def draw_arm(arm, q, file, *, format="png", tool_path=None, target=None, title=N
     return file
 
 
-def animate_arm(arm, t, q, file, *, frames: int = 80, target=None, fps: float | None = None):
-    """An animated GIF of a run: ``q`` (T+1, n) at times ``t`` (T+1,), at most ``frames`` frames
+def animate_arm(arm, t, q, file, *, frames: int = 80, target=None, fps: float | None = None, format: str = "gif"):
+    """An animation of a run: ``q`` (T+1, n) at times ``t`` (T+1,), at most ``frames`` frames
     evenly spaced in time (played at the run's speed unless ``fps`` is given), the tool path so
-    far drawn behind the arm. Writes to ``file`` (a path or a binary file object)."""
-    from PIL import Image
-
+    far drawn behind the arm. ``format``: "gif" (assembled by Pillow) or "mp4" (H.264, encoded by
+    the ffmpeg that the ``imageio-ffmpeg`` package ships: ``pip install jaxarm[video]``).
+    Writes to ``file`` (a path or a binary file object)."""
+    if format not in ("gif", "mp4"):
+        raise ValueError(f"animate_arm: format: expected 'gif' or 'mp4', got {format!r}")
+    if format == "mp4":
+        _require_ffmpeg()
     t, q = np.asarray(t, dtype=float), np.asarray(q, dtype=float)
     if q.ndim != 2 or q.shape[0] != t.shape[0] or q.shape[1] != arm.n:
         raise ValueError(f"animate_arm: expected q (T+1, {arm.n}) matching t (T+1,), got q {q.shape}, t {t.shape}")
@@ -128,14 +133,54 @@ def animate_arm(arm, t, q, file, *, frames: int = 80, target=None, fps: float | 
         ax = fig.add_subplot(projection="3d")
         _draw(ax, figure, box, tool_path[: j + 1], target, f"{arm.name}   t = {t[k]:.3f} s")
         fig.canvas.draw()
-        images.append(Image.fromarray(np.asarray(fig.canvas.buffer_rgba())).convert("RGB").quantize(colors=64))
+        images.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
     span = float(t[idx[-1]] - t[idx[0]]) if len(idx) > 1 else 0.0
     duration_ms = 1000.0 / fps if fps else (1000.0 * span / max(len(idx) - 1, 1) if span > 0 else 100.0)
-    buffer = io.BytesIO()
-    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], duration=max(20, int(duration_ms)), loop=0)
+    data = _gif(images, duration_ms) if format == "gif" else _mp4(images, duration_ms)
     if hasattr(file, "write"):
-        file.write(buffer.getvalue())
+        file.write(data)
     else:
         with open(file, "wb") as f:
-            f.write(buffer.getvalue())
+            f.write(data)
     return file
+
+
+def _gif(images, duration_ms: float) -> bytes:
+    from PIL import Image
+
+    frames = [Image.fromarray(im).quantize(colors=64) for im in images]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="GIF", save_all=True, append_images=frames[1:], duration=max(20, int(duration_ms)), loop=0)
+    return buffer.getvalue()
+
+
+def _require_ffmpeg():
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except (ImportError, RuntimeError) as exc:
+        raise ImportError("an MP4 needs ffmpeg, which the imageio-ffmpeg package ships: pip install 'jaxarm[video]' "
+                          f"(or write a .gif) [{type(exc).__name__}]") from None
+
+
+def _mp4(images, duration_ms: float) -> bytes:
+    """H.264 in an MP4 container (yuv420p, which every player opens), at the frames' own rate."""
+    import os
+    import tempfile
+
+    import imageio_ffmpeg
+
+    h, w = images[0].shape[:2]
+    h2, w2 = h - h % 2, w - w % 2  # yuv420p needs even sides
+    fps = max(1.0, 1000.0 / max(duration_ms, 1.0))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "run.mp4")
+        writer = imageio_ffmpeg.write_frames(path, (w2, h2), fps=fps, codec="libx264", pix_fmt_out="yuv420p",
+                                             macro_block_size=1, ffmpeg_log_level="error")
+        writer.send(None)  # start ffmpeg
+        for im in images:
+            writer.send(np.ascontiguousarray(im[:h2, :w2]))
+        writer.close()
+        with open(path, "rb") as f:
+            return f.read()

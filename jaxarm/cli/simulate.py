@@ -89,7 +89,8 @@ def hold_schedule(times, values, steps: int, dt: float) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
-def _chunk_function(steps: int, method: str, input_kind: str, controller: str | None, gravity_comp: bool, batched: bool):
+def _chunk_function(steps: int, method: str, input_kind: str, controller: str | None, gravity_comp: bool, batched: bool,
+                    stops: bool = True):
     """A jitted rollout of ``steps`` steps from (q0, qd0) at time t0, compiled once per structure.
 
     dt, the divergence bound and the controller gains are traced arguments, so repeated calls
@@ -114,7 +115,7 @@ def _chunk_function(steps: int, method: str, input_kind: str, controller: str | 
             gains = (kp, kd)
         else:
             inputs = u
-        kwargs = dict(method=method, input=input_kind, t0=t0, bound=bound, steps=steps if controller else None)
+        kwargs = dict(method=method, input=input_kind, t0=t0, bound=bound, steps=steps if controller else None, stops=stops)
         if batched:
             traj = rollout_batch(arm, q0, qd0, inputs, dt, inputs_batched=False, on_divergence="flag", **kwargs)
         else:
@@ -125,38 +126,43 @@ def _chunk_function(steps: int, method: str, input_kind: str, controller: str | 
 
 
 class _Progress:
-    """``[#####     ]  50%  t = 1.00 / 2.00 s`` on stderr, redrawn in place; only on a terminal."""
+    """A progress bar on stderr (rich's ``Progress``): ``simulating ━━━━━━━╸━━━  50%  t = 1 / 2 s  0:00:03``,
+    redrawn in place; only on a terminal (a pipe or a log file gets nothing)."""
 
     def __init__(self, total_time: float, enabled: bool):
         self.total = total_time
-        self.enabled = enabled
-        self.drawn = False
+        self.bar = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("simulating"), BarColumn(), TaskProgressColumn(),
+                            TextColumn("t = {task.fields[t]} / " + f"{total_time:.3g} s" + "{task.fields[note]}"),
+                            TimeElapsedColumn(), console=Console(file=sys.stderr), transient=False)
+        self.task = self.bar.add_task("simulate", total=1.0, t="0", note="")
+        self.bar.start()
 
     def update(self, fraction: float, note: str = "") -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(round(width * fraction))
-        sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {100 * fraction:3.0f}%  "
-                         f"t = {fraction * self.total:.3g} / {self.total:.3g} s{note}\033[K")
-        sys.stderr.flush()
-        self.drawn = True
+        if self.bar is not None:
+            self.bar.update(self.task, completed=fraction, t=f"{fraction * self.total:.3g}", note=note)
 
     def close(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            self.drawn = False
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 def run_chunked(arm, q0, qd0, *, steps: int, dt: float, method: str = "rk3", inputs=None, input_kind: str = "torque",
-             controller=None, bound: float = 1e6, chunks: int | None = None, progress: bool = False) -> dict:
+             controller=None, bound: float = 1e6, chunks: int | None = None, progress: bool = False,
+             stops: bool = True) -> dict:
     """Run the rollout in chunks (compiled once for the chunk length, carrying the state).
 
     q0, qd0: (n,) or (B, n) for a batch (then :func:`jaxarm.rollout_batch`). inputs: (steps, n)
     schedule, or None with controller = dict(kp_abs, kp_rel, kd_abs, kd_rel, target, q_ref,
     gravity_compensation). Returns numpy arrays t (steps+1,), q, qd ([B,] steps+1, n), qdd, tau,
-    u ([B,] steps, n) and kp, kd for a controller. Raises jaxarm.DivergenceError.
+    u ([B,] steps, n) and kp, kd for a controller. ``stops``: the joints' position limits act as
+    end stops (:func:`jaxarm.rollout`'s ``stops``). Raises jaxarm.DivergenceError.
     """
     from ..simulate.rollouts import Trajectory, check_divergence
 
@@ -177,7 +183,7 @@ def run_chunked(arm, q0, qd0, *, steps: int, dt: float, method: str = "rk3", inp
         ctrl = tuple(np.asarray(controller[k], dtype=np.float64)
                      for k in ("kp_abs", "kp_rel", "kd_abs", "kd_rel", "target", "q_ref"))
     fn = _chunk_function(length, method, input_kind, "pd" if controller is not None else None,
-                         bool(controller and controller.get("gravity_compensation", True)), batched)
+                         bool(controller and controller.get("gravity_compensation", True)), batched, bool(stops))
     t = dt * np.arange(steps + 1)
     parts = {k: [] for k in ("q", "qd", "qdd", "tau", "u")}
     diverged = np.full(q0.shape[:-1], -1)
@@ -283,8 +289,8 @@ def _cmd_simulate(args) -> int:
     outputs = [(args.out, "--out")] + [(p, o) for p, o in ((args.csv, "--csv"), (args.plot, "--plot"),
                                                               (args.animate, "--animate")) if p]
     animate_ext = os.path.splitext(args.animate)[1].lower() if args.animate else None
-    if args.animate and animate_ext not in (".gif", ".html"):
-        raise CommandError(f"--animate: {args.animate}: expected a .gif file (an animated GIF) or a .html file (an interactive 3-D page)")
+    if args.animate and animate_ext not in (".gif", ".mp4", ".html"):
+        raise CommandError(f"--animate: {args.animate}: expected a .gif or .mp4 file (an animation) or a .html file (an interactive 3-D page)")
     seen = {}
     for path, option in outputs:
         _Outputs.check(path, option, args.force)
@@ -292,10 +298,14 @@ def _cmd_simulate(args) -> int:
         if key in seen:
             raise CommandError(f"{option}: {path} is also the {seen[key]} file")
         seen[key] = option
-    for option, wanted in (("--plot", args.plot), ("--animate", args.animate if animate_ext == ".gif" else None)):
+    for option, wanted in (("--plot", args.plot), ("--animate", args.animate if animate_ext in (".gif", ".mp4") else None)):
         if wanted:
             try:
                 require_matplotlib()
+                if option == "--animate" and animate_ext == ".mp4":
+                    from .drawing import _require_ffmpeg
+
+                    _require_ffmpeg()
             except ImportError as exc:
                 raise CommandError(f"{option}: {exc}", EXIT_FAILURE) from None
 
@@ -336,9 +346,25 @@ def _cmd_simulate(args) -> int:
     else:
         inputs, source = np.zeros((steps, n)), "zero torque"
 
+    stops = not args.no_stops
+    lo, hi = (np.asarray(x, dtype=np.float64) for x in np.asarray(arm.limits.position).T)
+    if stops:
+        outside = np.flatnonzero((q0 < lo) | (q0 > hi))
+        if outside.size:
+            j = int(outside[0])
+            raise CommandError(
+                f"--q0: joint {j + 1} starts at {_fmt(q0[j])}, outside its position limits [{_fmt(lo[j], 4)}, {_fmt(hi[j], 4)}] "
+                f"of {arm.name} (the limits act as end stops); start inside them, or pass --no-stops")
+    clipped_note = None
     if batch is not None:
         rng = np.random.default_rng(0 if args.seed is None else args.seed)
         q0_run = q0 + sigma * rng.normal(size=(batch, n))
+        if stops:
+            moved = int(np.sum(np.any((q0_run < lo) | (q0_run > hi), axis=1)))
+            if moved:
+                q0_run = np.clip(q0_run, lo, hi)
+                clipped_note = (f"{moved} of {batch} perturbed starts were outside the position limits and start on "
+                                "the end stop instead (--no-stops keeps them)")
         qd0_run = np.broadcast_to(qd0, (batch, n)).copy()
     else:
         q0_run, qd0_run = q0, qd0
@@ -347,7 +373,8 @@ def _cmd_simulate(args) -> int:
 
     try:
         result = run_chunked(arm, q0_run, qd0_run, steps=steps, dt=dt, method=args.method, inputs=inputs,
-                             input_kind=input_kind, controller=controller, bound=bound, progress=sys.stderr.isatty())
+                             input_kind=input_kind, controller=controller, bound=bound, progress=sys.stderr.isatty(),
+                             stops=stops)
     except DivergenceError as exc:
         msg = _one_line(exc).replace("reduce dt", "reduce --dt").replace("pass bound= to raise the limit", "raise --bound")
         raise CommandError(msg, EXIT_FAILURE) from None
@@ -389,7 +416,8 @@ def _cmd_simulate(args) -> int:
                 from .drawing import animate_arm
 
                 q_first = result["q"][0] if batch else result["q"]
-                files.write(args.animate, lambda f: animate_arm(arm, result["t"], q_first, f, target=target))
+                files.write(args.animate, lambda f: animate_arm(arm, result["t"], q_first, f, target=target,
+                                                                format=animate_ext[1:]))
         files.commit()
     except OSError as exc:
         raise CommandError(f"cannot write the results: {_one_line(exc)}", EXIT_FAILURE) from None
@@ -412,15 +440,45 @@ def _cmd_simulate(args) -> int:
     print("wrote " + ", ".join(p for p, _ in outputs))
     if short_note:
         print(f"note: {short_note}")
-    for line in limit_warnings(arm, result["t"], result["q"]):
-        print(f"jaxarm: warning: {line}", file=sys.stderr)
+    if clipped_note:
+        print(f"note: {clipped_note}")
+    if stops:
+        for line in stop_report(arm, result["t"], result["q"]):
+            print(f"end stop: {line}")
+    else:
+        for line in limit_warnings(arm, result["t"], result["q"]):
+            print(f"jaxarm: warning: {line}", file=sys.stderr)
     args._note = _consistency_note(arm, args.arm)
     return EXIT_OK
 
 
+def stop_report(arm, t, q) -> list[str]:
+    """One line per joint that was held by one of its end stops during the run (the position
+    limits enforced by :func:`jaxarm.rollout`'s ``stops``): which stop, from when, for how long.
+    q: (T+1, n) or (B, T+1, n)."""
+    lo, hi = (np.asarray(x, dtype=np.float64) for x in np.asarray(arm.limits.position).T)
+    q = np.asarray(q, dtype=np.float64)
+    q = q.reshape((-1,) + q.shape[-2:])  # (B, T+1, n)
+    dt = float(t[1] - t[0]) if len(t) > 1 else 0.0
+    out = []
+    for j in range(arm.n):
+        unit = "rad" if arm.joint_types[j] == "revolute" else "m"
+        for name, value in (("lower", lo[j]), ("upper", hi[j])):
+            on = q[..., 1:, j] == value
+            if not np.isfinite(value) or not on.any():
+                continue
+            first = int(np.argmax(on.any(axis=0))) + 1
+            runs = int(np.sum(on.any(axis=1)))
+            where = f" in {runs} of {q.shape[0]} rollouts" if q.shape[0] > 1 else ""
+            held = on.sum(axis=1).max() * dt
+            out.append(f"joint {j + 1} reached its {name} limit ({_fmt(value, 4)} {unit}){where} at t = {float(t[first]):.4g} s "
+                       f"and was held there for {'up to ' if where else ''}{held:.4g} s")
+    return out
+
+
 def limit_warnings(arm, t, q) -> list[str]:
-    """One line per joint whose position left the arm's limits during the run (rollouts do not
-    enforce them: a real arm would hit its end stop). q: (T+1, n) or (B, T+1, n)."""
+    """One line per joint whose position left the arm's limits during a run without end stops
+    (``--no-stops``; a real arm would hit its end stop). q: (T+1, n) or (B, T+1, n)."""
     lo, hi = (np.asarray(x, dtype=np.float64) for x in np.asarray(arm.limits.position).T)
     q = np.asarray(q, dtype=np.float64)
     q = q.reshape((-1,) + q.shape[-2:])  # (B, T+1, n)
@@ -436,6 +494,6 @@ def limit_warnings(arm, t, q) -> list[str]:
         unit = "rad" if arm.joint_types[j] == "revolute" else "m"
         where = f" in {len(runs)} of {q.shape[0]} rollouts" if q.shape[0] > 1 else ""
         out.append(f"joint {j + 1} left its position limits [{_fmt(lo[j], 4)}, {_fmt(hi[j], 4)}] {unit}{where} from "
-                   f"t = {float(t[first]):.4g} s, by up to {worst:.3g} {unit}; the simulation does not enforce joint "
+                   f"t = {float(t[first]):.4g} s, by up to {worst:.3g} {unit}; --no-stops lets joints pass their "
                    "limits (a real arm would hit its end stop)")
     return out

@@ -8,7 +8,7 @@ import numpy as np
 
 from .common import EXIT_FAILURE, EXIT_OK, CommandError, _joint_vector, _load_arm, _numbers, _one_line, _Outputs
 
-VIEW_FORMATS = (".html", ".png", ".gif")
+VIEW_FORMATS = (".html", ".png", ".gif", ".mp4")
 MAX_BATCH_SHOWN = 16  # rollouts of a batched results file drawn in the page
 
 
@@ -46,7 +46,7 @@ def _runs_from(path: str, arm):
 def _cmd_view(args) -> int:
     ext = os.path.splitext(args.out)[1].lower()
     if ext not in VIEW_FORMATS:
-        raise CommandError(f"--out: {args.out}: expected a .html (interactive page), .png (picture) or .gif (animation) file")
+        raise CommandError(f"--out: {args.out}: expected a .html (interactive page), .png (picture), .gif or .mp4 (animation) file")
     _Outputs.check(args.out, "--out", args.force)
     arm = _load_arm(args.arm)
     targets = _targets(args.target, "--target")
@@ -65,15 +65,19 @@ def _cmd_view(args) -> int:
                 targets.append(np.asarray(tool_pose(arm, goal))[:3, 3])
     q = _joint_vector(args.q, "--q", arm) if args.q is not None else (None if runs else np.zeros(arm.n))
     if ext != ".html" and len(runs) > 1:
-        raise CommandError(f"--out: {args.out}: a picture or GIF shows one run; got {len(runs)} (write .html to see them all)")
+        raise CommandError(f"--out: {args.out}: a picture or an animation shows one run; got {len(runs)} (write .html to see them all)")
     if ext != ".html":
         from .plotting import require_matplotlib
 
         try:
             require_matplotlib()
+            if ext == ".mp4":
+                from .drawing import _require_ffmpeg
+
+                _require_ffmpeg()
         except ImportError as exc:
             raise CommandError(f"--out: {exc}", EXIT_FAILURE) from None
-    if ext == ".gif" and not runs:
+    if ext in (".gif", ".mp4") and not runs:
         raise CommandError(f"--out: {args.out}: an animation needs a trajectory (--traj RESULTS.npz)")
 
     files = _Outputs()
@@ -95,7 +99,7 @@ def _cmd_view(args) -> int:
             from .drawing import animate_arm
 
             _, t, qs = runs[0]
-            files.write(args.out, lambda f: animate_arm(arm, t, qs, f, target=targets[0] if targets else None))
+            files.write(args.out, lambda f: animate_arm(arm, t, qs, f, target=targets[0] if targets else None, format=ext[1:]))
         files.commit()
     except OSError as exc:
         raise CommandError(f"cannot write {args.out}: {_one_line(exc)}", EXIT_FAILURE) from None

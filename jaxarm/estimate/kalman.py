@@ -1,5 +1,5 @@
-"""Extended Kalman filter on the arm's discrete dynamics (NASA simulation report, appendix E:
-estimation beside identification and control; Simon 2006, Ch. 13).
+"""Extended and unscented Kalman filters on the arm's discrete dynamics (NASA simulation report,
+appendix E: estimation beside identification and control; Simon 2006, Ch. 13-14).
 
 State x = (q, qd) (2n), optionally augmented with external joint torques e (n) and with chosen
 physical parameters theta (joint state-parameter estimation, e.g. a payload's mass), both
@@ -8,12 +8,24 @@ under the applied joint torque u (plus e), and the torque is uncertain: u + w wi
 diag(torque_std^2)), the dominant process noise of a real arm (unmodelled friction, torque ripple,
 model error), mapped into the state by the step's input Jacobian G. Measurements are joint
 positions (encoders; quantization of step D adds D^2 / 12 to the variance) and optionally joint
-velocities. Jacobians by forward-mode autodiff of the same step; covariance update in Joseph form.
-One ``lax.scan`` per log; ``vmap`` batches logs or filter settings. Offline, the
-Rauch-Tung-Striebel smoother (Rauch, Tung & Striebel 1965) runs a second scan backwards.
+velocities. One ``lax.scan`` per log; a batch of logs (a leading axis on ``u`` and ``z``) runs as
+one ``vmap``-ed call. Offline, the Rauch-Tung-Striebel smoother (Rauch, Tung & Striebel 1965) runs
+a second scan backwards.
+
+Extended filter (``variant="extended"``): Jacobians F, G of the step by forward-mode autodiff,
 
     predict: x- = f(x, u), P- = F P F^T + G W G^T (+ e's random walk)
     update:  K = P- H^T (H P- H^T + R)^-1, x = x- + K (z - H x-), P = (I - K H) P- (I - K H)^T + K R K^T
+
+Unscented filter (``variant="unscented"``; Julier & Uhlmann 2004, Wan & van der Merwe 2000): the
+state and the torque noise, (x, w) ~ N((x, 0), diag(P, W)), are represented by the 2(d + n) points
+(x, 0) +- sqrt(d + n) L_i (L the Cholesky factor, the spherical set with no centre weight, all
+weights 1 / (2(d + n)), which keeps the covariance positive); each moves by one step under u + w,
+and the predicted mean and covariance are those of the moved points. No derivatives are taken, and
+the prediction is exact to second order in the spread (first order for the extended filter). The
+measurements are linear in the state, so both filters share the update above. The smoother uses
+the points' cross-covariance D = cov(x, x-) as the statistically linearized F = D^T P^-1
+(Saerkkae 2008).
 """
 
 from __future__ import annotations
@@ -54,6 +66,29 @@ class _Config:
     measure: tuple
     parameters: object = None  # parameters(arm, theta) -> arm, or None
     smooth: bool = False
+    variant: str = "extended"
+
+
+VARIANTS = ("extended", "unscented")
+
+
+def _unscented_predict(f, x, P, u, torque_var):
+    """Mean and covariance of f(x, u + w) for x ~ N(x, P), w ~ N(0, diag(torque_var)) by the
+    unscented transform (module docstring), and the statistically linearized F = cov(x, x-)^T P^-1."""
+    d, n = x.shape[0], u.shape[0]
+    D = d + n
+    L = jnp.linalg.cholesky(P)
+    scale = jnp.sqrt(jnp.asarray(D, x.dtype))
+    dx = scale * jnp.concatenate([L.T, jnp.zeros((n, d), x.dtype)])  # rows: the offsets of the D directions
+    dw = scale * jnp.concatenate([jnp.zeros((d, n), x.dtype), jnp.diag(jnp.sqrt(torque_var))])
+    dx, dw = jnp.concatenate([dx, -dx]), jnp.concatenate([dw, -dw])  # 2D points, weights 1 / (2D)
+    Y = jax.vmap(lambda a, b: f(x + a, u + b))(dx, dw)
+    mean = jnp.mean(Y, axis=0)
+    dY = Y - mean
+    P_pred = dY.T @ dY / (2 * D)
+    cross = dx.T @ dY / (2 * D)  # cov(x, x-) (d, d)
+    F = jnp.linalg.solve(P, cross).T  # cross = P F^T
+    return mean, 0.5 * (P_pred + P_pred.T), F
 
 
 @jit
@@ -81,9 +116,13 @@ def _filter(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
         x, P = carry
         uk, zk = inputs
         f = lambda xx, uu: _transition(arm, xx, uu, dt, cfg.method, cfg.external, cfg.parameters)  # noqa: E731
-        F, G = jax.jacfwd(f, argnums=(0, 1))(x, uk)
-        x_pred = f(x, uk)
-        P_pred = F @ P @ F.T + G @ jnp.diag(torque_var) @ G.T + Qe
+        if cfg.variant == "unscented":
+            x_pred, P_pred, F = _unscented_predict(f, x, P, uk, torque_var)
+            P_pred = P_pred + Qe
+        else:
+            F, G = jax.jacfwd(f, argnums=(0, 1))(x, uk)
+            x_pred = f(x, uk)
+            P_pred = F @ P @ F.T + G @ jnp.diag(torque_var) @ G.T + Qe
         x, P, nis = update(x_pred, P_pred, zk)
         return (x, P), (x, P, nis, x_pred, P_pred, F)
 
@@ -109,7 +148,7 @@ def _filter(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
 
 @dataclasses.dataclass(frozen=True)
 class KalmanEstimate:
-    """Result of :func:`extended_kalman_filter`: ``q``, ``qd`` (N, n) filtered states,
+    """Result of :func:`kalman_filter`: ``q``, ``qd`` (N, n) filtered states,
     ``external`` (N, n) external joint torques (None unless estimated), ``covariance`` (N, d, d)
     of the state ``(q, qd[, e][, theta])``, ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,)
     normalized innovation squared of the forward pass (chi-square with as many degrees of freedom
@@ -124,9 +163,20 @@ class KalmanEstimate:
     nis: np.ndarray
     parameters: np.ndarray | None = None
     smoothed: bool = False
+    variant: str = "extended"
 
 
-def extended_kalman_filter(
+def extended_kalman_filter(arm: Arm, u, z, **options) -> KalmanEstimate:
+    """:func:`kalman_filter` with ``variant="extended"`` (Jacobians by autodiff)."""
+    return kalman_filter(arm, u, z, variant="extended", **options)
+
+
+def unscented_kalman_filter(arm: Arm, u, z, **options) -> KalmanEstimate:
+    """:func:`kalman_filter` with ``variant="unscented"`` (sigma points, no derivatives)."""
+    return kalman_filter(arm, u, z, variant="unscented", **options)
+
+
+def kalman_filter(
     arm: Arm,
     u,
     z,
@@ -147,10 +197,18 @@ def extended_kalman_filter(
     theta_std=None,
     theta_walk=None,
     smooth: bool = False,
+    variant: str = "extended",
+    dtype=None,
 ) -> KalmanEstimate:
     """Filter the states of ``arm`` (module docstring) from applied joint torques ``u`` (N - 1, n),
     held over each step of ``dt`` seconds, and measurements ``z`` (N, m) at the N sample times:
     positions (``measure=("q",)``, m = n) or positions and velocities (``("q", "qd")``, m = 2n).
+    A batch of B logs of the same length: ``u`` (B, N - 1, n), ``z`` (B, N, m) and ``q0``, ``qd0``
+    (n,) or (B, n); they are filtered in one ``vmap``-ed call.
+
+    variant: "extended" (Jacobians by autodiff) or "unscented" (sigma points; module docstring).
+    dtype: the filter's floating type (default: JAX's default float, float64 with x64 enabled);
+    ``jnp.float32`` runs it in single precision.
 
     torque_std (scalar or (n,)): the standard deviation of the torque the arm feels around ``u``
     [N m]; position_std, velocity_std: sensor noise [rad, rad/s]; quantization: the encoders' step
@@ -167,7 +225,9 @@ def extended_kalman_filter(
     smooth: run the Rauch-Tung-Striebel smoother backwards after the filter (offline use: every
     estimate then uses the whole log).
     """
-    func = "extended_kalman_filter"
+    func = f"{variant}_kalman_filter" if variant in VARIANTS else "kalman_filter"
+    if variant not in VARIANTS:
+        raise ValueError(f"{func}: variant: expected one of {VARIANTS}, got {variant!r}")
     checks.check_arm(arm, func)
     measure = tuple(measure)
     if measure not in MEASUREMENTS:
@@ -176,10 +236,14 @@ def extended_kalman_filter(
     u = np.asarray(u, dtype=float)
     z = np.asarray(z, dtype=float)
     m = n * len(measure)
-    if z.ndim != 2 or z.shape[1] != m or z.shape[0] < 2:
-        raise ValueError(f"{func}: z: expected shape (N, {m}) ({' and '.join(measure)} of {n} joints), got {z.shape}")
-    if u.shape != (z.shape[0] - 1, n):
-        raise ValueError(f"{func}: u: expected shape ({z.shape[0] - 1}, {n}), one torque per step between the samples, got {u.shape}")
+    batched = z.ndim == 3
+    lead = z.shape[:1] if batched else ()
+    if z.ndim not in (2, 3) or z.shape[-1] != m or z.shape[-2] < 2:
+        raise ValueError(f"{func}: z: expected shape (N, {m}) ({' and '.join(measure)} of {n} joints), or (B, N, {m}) "
+                         f"for a batch of logs, got {z.shape}")
+    if u.shape != lead + (z.shape[-2] - 1, n):
+        want = ", ".join(str(v) for v in lead + (z.shape[-2] - 1, n))
+        raise ValueError(f"{func}: u: expected shape ({want}), one torque per step between the samples, got {u.shape}")
     for name, x in (("u", u), ("z", z)):
         if not np.all(np.isfinite(x)):
             raise ValueError(f"{func}: {name}: expected finite values")
@@ -215,22 +279,42 @@ def extended_kalman_filter(
             raise ValueError(f"{func}: parameters: expected parameters(arm, theta) to return an Arm with {n} joints")
     else:
         walk = np.zeros(0)
-    q0 = checks.joint_vector(q0, arm, "q0", func)
-    qd0 = jnp.zeros(n) if qd0 is None else checks.joint_vector(qd0, arm, "qd0", func)
+    def start(value, name):
+        v = np.asarray(value, dtype=float)
+        if v.shape not in ((n,),) + ((lead + (n,),) if batched else ()):
+            raise ValueError(f"{func}: {name}: expected shape ({n},){f' or ({lead[0]}, {n})' if batched else ''}, got {v.shape}")
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"{func}: {name}: expected finite values")
+        return np.broadcast_to(v, lead + (n,))
+
+    q0 = start(q0, "q0")
+    qd0 = start(np.zeros(n) if qd0 is None else qd0, "qd0")
     k = (3 if external else 2) * n
-    x0 = np.concatenate([np.asarray(q0, float), np.asarray(qd0, float)] + ([np.zeros(n)] if external else [])
-                        + ([theta0] if p else []))
+    x0 = np.concatenate([q0, qd0] + ([np.zeros(lead + (n,))] if external else [])
+                        + ([np.broadcast_to(theta0, lead + (p,))] if p else []), axis=-1)
     if initial_std is None:
         std0 = np.concatenate([10 * np.sqrt(pos_var), np.ones(n)] + ([10 * np.sqrt(torque_var)] if external else []))
     else:
         std0 = positive(initial_std, "initial_std", k)
     if p:
         std0 = np.concatenate([std0, theta_std])
-    cfg = _Config(method=str(method), external=external, measure=measure, parameters=parameters, smooth=bool(smooth))
+    cfg = _Config(method=str(method), external=external, measure=measure, parameters=parameters, smooth=bool(smooth),
+                  variant=variant)
     integrators.get_method(method)
-    xs, Ps, nis = _filter(arm, jnp.asarray(u), jnp.asarray(z), jnp.asarray(x0), jnp.asarray(np.diag(std0**2)), jnp.asarray(float(dt)),
-                          jnp.asarray(torque_var), jnp.asarray(np.concatenate([ext_var, walk])), jnp.asarray(R), cfg)
+    dtype = jnp.zeros(0).dtype if dtype is None else jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"{func}: dtype: expected a floating type such as jnp.float32, got {dtype}")
+    arm_d = jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating) else a, arm)
+
+    def cast(a):
+        return jnp.asarray(a, dtype)
+
+    run = _filter
+    if batched:
+        run = jax.vmap(_filter, in_axes=(None, 0, 0, 0) + (None,) * 6)
+    xs, Ps, nis = run(arm_d, cast(u), cast(z), cast(x0), cast(np.diag(std0**2)), cast(float(dt)), cast(torque_var),
+                      cast(np.concatenate([ext_var, walk])), cast(R), cfg)
     xs, Ps = np.asarray(xs), np.asarray(Ps)
-    return KalmanEstimate(q=xs[:, :n], qd=xs[:, n:2 * n], external=xs[:, 2 * n:3 * n] if external else None, covariance=Ps,
-                          std=np.sqrt(np.einsum("kii->ki", Ps)), nis=np.asarray(nis), parameters=xs[:, k:] if p else None,
-                          smoothed=bool(smooth))
+    return KalmanEstimate(q=xs[..., :n], qd=xs[..., n:2 * n], external=xs[..., 2 * n:3 * n] if external else None,
+                          covariance=Ps, std=np.sqrt(np.einsum("...kii->...ki", Ps)), nis=np.asarray(nis),
+                          parameters=xs[..., k:] if p else None, smoothed=bool(smooth), variant=variant)

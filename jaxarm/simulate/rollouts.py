@@ -32,6 +32,8 @@ class Trajectory(NamedTuple):
     ``voltage_limit``, torques at ``arm.limits.torque`` when ``saturate``);
     diverged_step: () int, the first step whose result was NaN/inf or beyond the bound, -1 if none.
     From that step on the state is frozen at its last good value.
+    stop_steps: (n,) int, for each joint the number of steps that ended with the joint held by
+    one of its end stops (0 everywhere when ``stops=False``); see :func:`end_stops`.
     """
 
     t: jnp.ndarray
@@ -41,6 +43,28 @@ class Trajectory(NamedTuple):
     tau: jnp.ndarray
     u: jnp.ndarray
     diverged_step: jnp.ndarray
+    stop_steps: jnp.ndarray | None = None
+
+
+def end_stops(q, qd, lower, upper):
+    """Rigid, perfectly plastic end stops at the joints' position limits, applied after a step.
+
+    A joint that ends the step beyond a limit is put back on it and its velocity into the stop is
+    removed (coefficient of restitution 0): ``q_j = clip(q_j, lower_j, upper_j)``, and
+    ``qd_j = 0`` where the joint is on its upper stop with ``qd_j > 0`` or on its lower stop with
+    ``qd_j < 0``. Velocities away from the stop are kept, so a joint leaves its stop as soon as
+    the torques pull it back. The impulse acts on the stopped joint alone (an exact velocity
+    reset of that joint; the reaction it would pass to the other joints through the mass matrix's
+    coupling is not modelled), so the stop's effect is exact in position and velocity of the joint
+    and first order in dt for the rest of the arm. Infinite limits never act.
+    Returns (q, qd, held) with held (n,) bool: the joints on a stop after the step.
+    """
+    lower = jnp.asarray(lower, q.dtype)
+    upper = jnp.asarray(upper, q.dtype)
+    above, below = q >= upper, q <= lower
+    q = jnp.clip(q, lower, upper)
+    qd = jnp.where((above & (qd > 0)) | (below & (qd < 0)), jnp.zeros_like(qd), qd)
+    return q, qd, above | below
 
 
 class DivergenceError(FloatingPointError):
@@ -96,6 +120,7 @@ def rollout(
     saturate: bool = True,
     on_divergence: str = "raise",
     unroll: int = 1,
+    stops: bool = True,
 ) -> Trajectory:
     """Simulate T steps of length dt from (q0, qd0).
 
@@ -124,6 +149,12 @@ def rollout(
     on_divergence: "raise" raises :class:`DivergenceError` when the result is concrete (outside
         jit); "flag" only sets ``Trajectory.diverged_step`` (always the case under jit/vmap).
     unroll: steps per iteration of the compiled time loop (``jax.lax.scan``'s ``unroll``).
+    stops: the joints' position limits (``arm.limits.position``) act as rigid end stops
+        (:func:`end_stops`, applied after every step); ``Trajectory.stop_steps`` counts, per
+        joint, the steps that ended on a stop. On by default; joints with infinite limits are
+        never stopped, and an arm whose limits are all infinite (and known while tracing) pays
+        nothing. A concrete ``q0`` outside the limits is refused. ``stops=False`` lets the joints
+        pass their limits, as before.
     """
     checks.check_arm(arm, "rollout")
     q0 = checks.joint_vector(q0, arm, "q0", "rollout")
@@ -145,6 +176,21 @@ def rollout(
         raise ValueError(f"rollout: dt: expected a positive time step, got {dt!r}")
     step_fn = integrators.get_method(method)
     n = arm.n
+    if not isinstance(stops, (bool, np.bool_)):
+        raise ValueError(f"rollout: stops: expected True or False, got {stops!r}")
+    use_stops = bool(stops)
+    if use_stops and checks.concrete(arm.limits.position):
+        limits = np.asarray(arm.limits.position, dtype=np.float64)
+        use_stops = bool(np.any(np.isfinite(limits)))
+        if use_stops and checks.concrete(q0):
+            q0_np = np.asarray(q0, dtype=np.float64)
+            out = np.flatnonzero((q0_np < limits[:, 0]) | (q0_np > limits[:, 1]))
+            if out.size:
+                j = int(out[0])
+                raise ValueError(
+                    f"rollout: q0[{j}] = {q0_np[j]:.6g} is outside joint {j + 1}'s position limits "
+                    f"[{limits[j, 0]:.6g}, {limits[j, 1]:.6g}] (arm.limits.position); start inside them, "
+                    "or pass stops=False to simulate without end stops")
     policy: Callable | None = inputs if callable(inputs) else None
     if policy is None:
         schedule = jnp.asarray(inputs)
@@ -191,7 +237,7 @@ def rollout(
     # scan can differentiate it with respect to each; u_held is empty unless hold > 1.
     def body(params, carry, xs):
         arm, dt, t0 = params
-        q, qd, u_held, diverged = carry
+        q, qd, u_held, diverged, held_steps = carry
         k, u_row, fe = xs
         t = t0 + k * dt
         u_new = command(arm, k, t, q, qd, u_row)
@@ -201,6 +247,9 @@ def rollout(
             return _forward_dynamics(arm, qs, qds, torque_of(arm, u, qds), fe)
 
         q_next, qd_next, qdd = step_fn(accel, t, q, qd, dt)
+        if use_stops:
+            lims = arm.limits.position
+            q_next, qd_next, held = end_stops(q_next, qd_next, lims[:, 0], lims[:, 1])
         bad = ~(jnp.all(jnp.isfinite(q_next)) & jnp.all(jnp.isfinite(qd_next)))
         bad = bad | (jnp.max(jnp.abs(q_next)) > bound) | (jnp.max(jnp.abs(qd_next)) > bound)
         newly = bad & (diverged < 0)
@@ -208,10 +257,13 @@ def rollout(
         ok = diverged < 0
         q_next = jnp.where(ok, q_next, q)
         qd_next = jnp.where(ok, qd_next, qd)
+        if use_stops:
+            held_steps = held_steps + (held & ok).astype(held_steps.dtype)
         out = (q_next, qd_next, qdd, torque_of(arm, u, qd), u)
-        return (q_next, qd_next, u if hold > 1 else u_held, diverged), out
+        return (q_next, qd_next, u if hold > 1 else u_held, diverged, held_steps), out
 
-    init = (q0.astype(dtype), qd0.astype(dtype), jnp.zeros(n if hold > 1 else 0, dtype), jnp.asarray(-1, jnp.int32))
+    init = (q0.astype(dtype), qd0.astype(dtype), jnp.zeros(n if hold > 1 else 0, dtype), jnp.asarray(-1, jnp.int32),
+            jnp.zeros(n, jnp.int32))
     xs = (jnp.arange(T, dtype=jnp.int32), schedule, ext)
     params = (arm, dt, t0)
     if adjoint:
@@ -224,12 +276,12 @@ def rollout(
                 return body((arm,) + p, carry, xs_k)
 
             scan_params = (dt, t0)
-        (_, _, _, diverged), (qs, qds, qdds, taus, us) = adjoint_scan(scan_body, scan_params, init, xs)
+        (_, _, _, diverged, held_steps), (qs, qds, qdds, taus, us) = adjoint_scan(scan_body, scan_params, init, xs)
     else:
         step = functools.partial(body, params)
         if checkpoint:
             step = jax.checkpoint(step)
-        (_, _, _, diverged), (qs, qds, qdds, taus, us) = jax.lax.scan(step, init, xs, unroll=int(unroll))
+        (_, _, _, diverged, held_steps), (qs, qds, qdds, taus, us) = jax.lax.scan(step, init, xs, unroll=int(unroll))
     traj = Trajectory(
         t=t0 + dt * jnp.arange(T + 1, dtype=dtype),
         q=jnp.concatenate([q0[None].astype(dtype), qs]),
@@ -238,6 +290,7 @@ def rollout(
         tau=taus,
         u=us,
         diverged_step=diverged,
+        stop_steps=held_steps,
     )
     if on_divergence == "raise" and not isinstance(diverged, jax.core.Tracer):
         check_divergence(traj)
