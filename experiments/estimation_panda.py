@@ -31,7 +31,6 @@ from scipy import stats  # noqa: E402
 
 import jaxarm  # noqa: E402
 from jaxarm.cli import main as jaxarm_main  # noqa: E402
-from jaxarm.estimate.kalman import _Config, _filter  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from identify_panda import DATA  # noqa: E402
@@ -167,36 +166,44 @@ def real_log(log_path):
          identified_model_torque_rmse=np.round(model_error, 3).tolist())
 
 
-def speed(arm, batch):
+def speed(arm, batch, batch_steps=200):
+    """Time per step of the public filters on the Panda (1 kHz, encoders only): one filter over
+    1000 steps, then ``batch`` filters on different logs (torque noise added per log) over
+    ``batch_steps`` steps in one call; compile times separately."""
     n = arm.n
     t, q, qd, u, q_meas, tau_meas, _, _ = synthetic(arm, 5, push=False)
-    steps = 1000
-    cfg = _Config(method="rk3", external=False, measure=("q",))
-    args = (jnp.asarray(tau_meas[:steps]), jnp.asarray(q_meas[:steps + 1]), jnp.asarray(np.r_[q_meas[0], np.zeros(n)]),
-            jnp.asarray(np.diag(np.r_[np.full(n, 1e-8), np.ones(n)])), jnp.asarray(DT), jnp.asarray(np.full(n, 0.01)),
-            jnp.zeros(0), jnp.asarray(np.eye(n) * 1e-10))
-    one = jax.jit(lambda *a: _filter(arm, *a, cfg))
-    jax.block_until_ready(one(*args))
+    options = dict(dt=DT, q0=q_meas[0], torque_std=PROCESS, position_std=1e-5, quantization=ENCODER)
+    for variant in ("extended", "unscented"):
+        steps = 1000
+        uu, zz = tau_meas[:steps], q_meas[:steps + 1]
+        start = time.perf_counter()
+        jaxarm.kalman_filter(arm, uu, zz, variant=variant, **options)
+        first = time.perf_counter() - start
+        best = min(_timed(lambda: jaxarm.kalman_filter(arm, uu, zz, variant=variant, **options)) for _ in range(3))
+        emit(measure="filter_speed", arm="panda", variant=variant, device=jax.devices()[0].platform, steps=steps, filters=1,
+             first_call_seconds=round(first, 1), microseconds_per_step=round(1e6 * best / steps, 1))
+        rng = np.random.default_rng(0)
+        ub = tau_meas[None, :batch_steps] + 1e-3 * rng.normal(size=(batch, batch_steps, n))
+        zb = np.broadcast_to(q_meas[:batch_steps + 1], (batch, batch_steps + 1, n))
+        start = time.perf_counter()
+        jaxarm.kalman_filter(arm, ub, zb, variant=variant, **options)
+        first = time.perf_counter() - start
+        warm = _timed(lambda: jaxarm.kalman_filter(arm, ub, zb, variant=variant, **options))
+        emit(measure="filter_speed", arm="panda", variant=variant, device=jax.devices()[0].platform, steps=batch_steps,
+             filters=batch, first_call_seconds=round(first, 1), seconds=round(warm, 2),
+             microseconds_per_step_per_filter=round(1e6 * warm / batch_steps / batch, 2))
+
+
+def _timed(fn):
     start = time.perf_counter()
-    jax.block_until_ready(one(*args))
-    single = time.perf_counter() - start
-    emit(measure="ekf_speed", arm="panda", device=jax.devices()[0].platform, steps=steps, filters=1,
-         microseconds_per_step=round(1e6 * single / steps, 1))
-    many = jax.jit(jax.vmap(lambda uu, zz, *rest: _filter(arm, uu, zz, *rest, cfg), in_axes=(0, 0) + (None,) * 6))
-    ub = jnp.broadcast_to(args[0], (batch,) + args[0].shape) + 1e-3 * jax.random.normal(jax.random.PRNGKey(0), (batch,) + args[0].shape)
-    zb = jnp.broadcast_to(args[1], (batch,) + args[1].shape)
-    jax.block_until_ready(many(ub, zb, *args[2:]))
-    start = time.perf_counter()
-    jax.block_until_ready(many(ub, zb, *args[2:]))
-    batched = time.perf_counter() - start
-    emit(measure="ekf_speed", arm="panda", device=jax.devices()[0].platform, steps=steps, filters=batch,
-         microseconds_per_step_per_filter=round(1e6 * batched / steps / batch, 2), seconds=round(batched, 2))
+    fn()
+    return time.perf_counter() - start
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--log", default=str(DATA))
-    p.add_argument("--batch", type=int, default=16, help="filters in one batched call for the speed line (default 16)")
+    p.add_argument("--batch", type=int, default=1000, help="filters on different logs in one batched call for the speed lines (default 1000)")
     p.add_argument("--only", nargs="+", choices=["filter", "payload", "speed", "real"], help="run only these parts")
     args = p.parse_args(argv)
     parts = set(args.only or ["filter", "payload", "speed", "real"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import jax
 import numpy as np
@@ -342,3 +343,22 @@ def test_html_report_is_self_contained_and_renders(setup, capsys, tmp_path):
     for heading in ("Decisions made from the data", "Torque errors", "Parameters", "Physical consistency", "Warnings"):
         assert heading in parsed.headings, parsed.headings
     assert json.loads(parsed.json) == json.loads(report.read_text())
+
+    # A real headless browser decodes every figure of the page as written: a copy with one
+    # script appended records on <body> how many images loaded with a size (after the load event).
+    from test_viewer import _chromium
+
+    text = page.read_text(encoding="utf-8")
+    probe = tmp_path / "probe.html"
+    probe.write_text(text.replace("</body>", "<script>window.addEventListener('load', () => {"
+                                  "const ok = [...document.images].filter(i => i.complete && i.naturalWidth >= 400);"
+                                  "document.body.setAttribute('data-images', ok.length + '/' + document.images.length);"
+                                  "});</script></body>"), encoding="utf-8")
+    dom = _chromium(f"file://{probe}", tmp_path, "--dump-dom")
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert 'data-images="4/4"' in body, body
+    # and the page itself, unchanged, paints its figures: a screenshot is far from blank
+    shot = tmp_path / "report.png"
+    _chromium(f"file://{page}", tmp_path, "--window-size=1000,3000", f"--screenshot={shot}")
+    gray = np.asarray(Image.open(shot).convert("L"), dtype=float)
+    assert np.mean(gray < 200) > 0.02, np.mean(gray < 200)

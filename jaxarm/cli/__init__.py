@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
             "limits act as rigid, plastic end stops (jaxarm.rollout's stops) and each stop reached is\n"
             "reported; --no-stops lets joints pass them (reported as a warning).\n"
             "Results (.npz): t (T+1,), q, qd ([B,] T+1, n),\n"
-            "qdd, tau, u ([B,] T, n), arm, dt, method, q0, qd0 (and target, kp, kd for pd)."
+            "qdd, tau, u ([B,] T, n), arm, dt, method, q0, qd0, position_limits, torque_limits\n"
+            "(and target, kp, kd for pd). --plot draws targets dashed and limits dotted."
         ),
     )
     g = p.add_mutually_exclusive_group()
@@ -239,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--traj", nargs="+", metavar="RESULTS.npz", help="runs to play (jaxarm simulate --out, or any .npz with t and q)")
     p.add_argument("--target", help="points to mark, x,y,z in metres (several: x1,y1,z1,x2,...)", **vec)
     p.add_argument("--title", help="title of the page or picture (default: the arm's name)")
+    p.add_argument("--no-meshes", action="store_true", help="draw a URDF arm as a stick figure only (default: its visual meshes "
+                   "too, STL or OBJ; a link whose visual is in another format falls back to its collision mesh)")
     p.add_argument("--out", required=True, metavar="FILE", help="FILE.html, FILE.png, FILE.gif or FILE.mp4")
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_view)

@@ -121,6 +121,22 @@ def plot_trajectory(traj, path, *, title: str | None = None, format: str | None 
             axes[1].plot(t, qd[b, :, j], color=colors[j], alpha=alpha, lw=1.2)
             # tau[k] is held over [t_k, t_k+1): draw it as a zero-order hold.
             axes[2].stairs(tau[b, :, j], t, color=colors[j], alpha=alpha, lw=1.2, baseline=None)
+    # PD targets (dashed) and the joints' position and torque limits (dotted), each in its joint's
+    # colour; a limit far outside the motion is left out rather than squashing the curves.
+    lines = [(0, data.get("target"), "--", "target"), (0, data.get("position_limits"), ":", "limit"),
+             (2, data.get("torque_limits"), ":", "limit")]
+    spans = [ax.get_ylim() for ax in axes]
+    for row, values, style, _ in lines:
+        if values is None or np.size(values) % n or not np.issubdtype(np.asarray(values).dtype, np.number):
+            continue
+        values = np.asarray(values, dtype=float).reshape(n, -1)
+        lo, hi = spans[row]
+        reach = 0.25 * (hi - lo) + 1e-12
+        for j in range(n):
+            for v in values[j]:
+                for level in ((-v, v) if row == 2 else (v,)):
+                    if np.isfinite(level) and lo - reach <= level <= hi + reach:
+                        axes[row].axhline(level, color=colors[j], ls=style, lw=0.9, alpha=0.8)
     axes[0].set_ylabel(f"position q [{label_units[0]}]")
     axes[1].set_ylabel(f"velocity qd [{label_units[1]}]")
     axes[2].set_ylabel(f"torque tau [{label_units[2]}]")

@@ -383,6 +383,7 @@ def _cmd_simulate(args) -> int:
     record.update(
         arm=np.asarray(arm.name), dt=np.asarray(dt), method=np.asarray(args.method), input=np.asarray(input_kind),
         source=np.asarray(source), joint_types=np.asarray(arm.joint_types), q0=q0_run, qd0=qd0_run,
+        position_limits=np.asarray(arm.limits.position, dtype=float), torque_limits=np.asarray(arm.limits.torque, dtype=float),
     )
     if controller is not None:
         record["target"] = controller["target"]
@@ -405,12 +406,13 @@ def _cmd_simulate(args) -> int:
                 target = np.asarray(tool_pose(arm, controller["target"]))[:3, 3]
             if animate_ext == ".html":
                 from .view import MAX_BATCH_SHOWN
-                from .viewer import html_view
+                from .viewer import arm_visuals, html_view
 
+                visuals, _ = arm_visuals(args.arm, arm)
                 qs = result["q"][:MAX_BATCH_SHOWN] if batch else result["q"][None]
                 runs = [(f"rollout {b}" if batch else source, result["t"], qb) for b, qb in enumerate(qs)]
                 page = html_view(arm, None, runs, targets=[] if target is None else [target],
-                                 title=f"{arm.name}: {source}")
+                                 title=f"{arm.name}: {source}", visuals=visuals)
                 files.write(args.animate, lambda f: f.write(page.encode("utf-8")))
             else:
                 from .drawing import animate_arm

@@ -83,9 +83,13 @@ def _cmd_view(args) -> int:
     files = _Outputs()
     try:
         if ext == ".html":
-            from .viewer import html_view
+            from .viewer import arm_visuals, html_view
 
-            page = html_view(arm, q, runs, targets=targets, title=args.title)
+            visuals, mesh_notes = arm_visuals(args.arm, arm, not args.no_meshes)
+            notes += mesh_notes
+            if visuals:
+                notes.append(f"drew {len(visuals)} meshes ({sum(len(v.faces) for v in visuals)} triangles) from {os.path.basename(args.arm)}")
+            page = html_view(arm, q, runs, targets=targets, title=args.title, visuals=visuals)
             files.write(args.out, lambda f: f.write(page.encode("utf-8")))
         elif ext == ".png":
             from .drawing import draw_arm

@@ -22,7 +22,7 @@ import numpy as np
 
 from .drawing import skeletons
 
-__all__ = ["html_view"]
+__all__ = ["html_view", "arm_visuals"]
 
 MAX_FRAMES = 1000  # per trajectory; longer runs are subsampled evenly in time
 MAX_RUNS = 64
@@ -34,7 +34,7 @@ def _round(a, digits=5):
     return np.round(np.asarray(a, dtype=float), digits).tolist()
 
 
-def _run(arm, label, t, q):
+def _run(arm, label, t, q, poses=False):
     t = np.atleast_1d(np.asarray(t, dtype=float))
     q = np.asarray(q, dtype=float)
     if q.ndim == 1:
@@ -48,14 +48,46 @@ def _run(arm, label, t, q):
     idx = np.unique(np.linspace(0, len(t) - 1, min(MAX_FRAMES, len(t))).round().astype(int))
     points, joints, base, tools = skeletons(arm, q[idx])
     tool = np.concatenate([tools[:, :3, 3], tools[:, :3, 0], tools[:, :3, 1], tools[:, :3, 2]], axis=1)
-    return {"label": str(label), "t": _round(t[idx], 6), "q": _round(q[idx]), "points": _round(points),
-            "joints": _round(joints), "tool": _round(tool)}, base, points
+    run = {"label": str(label), "t": _round(t[idx], 6), "q": _round(q[idx]), "points": _round(points),
+           "joints": _round(joints), "tool": _round(tool)}
+    if poses:  # each body's frame (rotation row by row, then origin) at every frame, for the meshes
+        import jax
+
+        from ..dynamics.kinematics import forward_kinematics
+
+        frames = np.asarray(jax.vmap(lambda qq: forward_kinematics(arm, qq)[0])(q[idx]))[:, 1:]  # (F, n, 4, 4)
+        run["poses"] = _round(np.concatenate([frames[..., :3, :3].reshape(*frames.shape[:2], 9), frames[..., :3, 3]], axis=-1))
+    return run, base, points
 
 
-def html_view(arm, q=None, runs=(), *, targets=(), title=None) -> str:
+def arm_visuals(spec: str, arm, meshes: bool = True):
+    """The meshes to draw for the arm the command line loaded from ``spec``: a URDF file's visual
+    geometry (:func:`jaxarm.model.visuals.urdf_visuals`, the same chain as :func:`jaxarm.load_arm`
+    reads), nothing for arm files. Returns (visuals, notes)."""
+    import os
+
+    if not meshes or not str(spec).lower().endswith(".urdf") or not os.path.exists(spec):
+        return [], []
+    from ..model.visuals import urdf_visuals
+
+    visuals, notes = urdf_visuals(spec)
+    if any(v.body > arm.n for v in visuals):
+        return [], ["the URDF's links do not match the arm's bodies; meshes not drawn"]
+    fallback = [n for n in notes if "drew its collision mesh" in n]
+    if len(fallback) > 1:  # one line for the usual case (COLLADA visuals, STL collisions)
+        kinds = sorted({n.split("mesh format ")[1].split(" ")[0] for n in fallback if "mesh format " in n})
+        notes = [n for n in notes if n not in fallback] + [
+            f"{len(fallback)} links' visual meshes are {'/'.join(kinds) or 'not readable'} (STL and OBJ are read): "
+            "drew their collision meshes instead"]
+    return visuals, notes
+
+
+def html_view(arm, q=None, runs=(), *, targets=(), title=None, visuals=()) -> str:
     """The page (a string) showing ``arm`` at ``q`` (n,) and/or along ``runs``: a sequence of
     ``(label, t, q)`` with t (F,) in seconds and q (F, n). ``targets``: points (3,) in the world
-    frame to mark. At most 64 runs; each is subsampled to at most 1000 frames."""
+    frame to mark. ``visuals``: the links' meshes (:func:`jaxarm.model.visuals.urdf_visuals`),
+    drawn as shaded surfaces around the stick figure. At most 64 runs; each is subsampled to at
+    most 1000 frames."""
     runs = list(runs)
     if q is None and not runs:
         q = np.zeros(arm.n)
@@ -64,8 +96,12 @@ def html_view(arm, q=None, runs=(), *, targets=(), title=None) -> str:
     if len(runs) > MAX_RUNS:
         raise ValueError(f"html_view: at most {MAX_RUNS} trajectories, got {len(runs)}")
     data, every = [], []
+    visuals = list(visuals)
+    for v in visuals:
+        if not 0 <= v.body <= arm.n:
+            raise ValueError(f"html_view: visuals: link {v.link!r} is on body {v.body}, but the arm has bodies 0..{arm.n}")
     for label, t, qs in runs:
-        run, base, points = _run(arm, label, t, qs)
+        run, base, points = _run(arm, label, t, qs, poses=bool(visuals))
         data.append(run)
         every.append(points.reshape(-1, 3))
     targets = [np.asarray(p, dtype=float).reshape(3) for p in targets]
@@ -75,6 +111,8 @@ def html_view(arm, q=None, runs=(), *, targets=(), title=None) -> str:
         "title": title or arm.name, "arm": arm.name, "n": arm.n, "base": _round(base),
         "center": _round(0.5 * (lo + hi)), "half": float(0.5 * np.max(hi - lo) + 0.05),
         "runs": data, "targets": [_round(p) for p in targets], "palette": _PALETTE,
+        "meshes": [{"body": int(v.body), "v": _round(np.asarray(v.vertices).reshape(-1), 4),
+                    "f": np.asarray(v.faces, dtype=int).reshape(-1).tolist(), "c": v.color or "#b4b4b4"} for v in visuals],
     }
     text = json.dumps(payload, separators=(",", ":")).replace("</", "<\\/")
     return _PAGE.replace("__TITLE__", html.escape(payload["title"])).replace("__DATA__", text)
@@ -93,7 +131,7 @@ header h1{font-size:16px;margin:0 12px 0 0}
 canvas{display:block;width:100%;cursor:grab;background:#fff}
 #readout{margin:0;padding:6px 12px;font:12px ui-monospace,monospace;color:#444}
 </style></head>
-<body data-links="0" data-frame="-1">
+<body data-links="0" data-frame="-1" data-triangles="0">
 <noscript><p>This page draws the arm with JavaScript; please enable it.</p></noscript>
 <header><h1>__TITLE__</h1>
 <button id="play" title="play / pause (space)">play</button>
@@ -152,6 +190,38 @@ function segment(list, a, b, style, width, extra) {
   const pa = project(a), pb = project(b);
   list.push({ depth: 0.5 * (pa[2] + pb[2]), kind: "seg", pa, pb, style, width, extra });
 }
+function rgb(hex) { return [1, 3, 5].map(k => parseInt(hex.slice(k, k + 2), 16)); }
+function meshes(list, poses, tint, alpha) {
+  // each body's mesh in the world: x = R v + p (body 0: the base frame); flat shading by the
+  // angle between the triangle's normal and the direction to the viewer
+  const ca = Math.cos(az), sa = Math.sin(az), ce = Math.cos(el), se = Math.sin(el);
+  const eye = [-sa * ce, -ca * ce, se];  // unit vector towards the camera (world frame)
+  let count = 0;
+  for (const m of D.meshes) {
+    let R, p;
+    if (m.body === 0) { const B = D.base; R = [B[0][0], B[0][1], B[0][2], B[1][0], B[1][1], B[1][2], B[2][0], B[2][1], B[2][2]]; p = [B[0][3], B[1][3], B[2][3]]; }
+    else { const f = poses[m.body - 1]; R = f.slice(0, 9); p = f.slice(9, 12); }
+    const v = m.v, nv = v.length / 3, world = new Array(nv), screen = new Array(nv);
+    for (let a = 0; a < nv; a++) {
+      const x = v[3 * a], y = v[3 * a + 1], z = v[3 * a + 2];
+      const w = [R[0] * x + R[1] * y + R[2] * z + p[0], R[3] * x + R[4] * y + R[5] * z + p[1], R[6] * x + R[7] * y + R[8] * z + p[2]];
+      world[a] = w; screen[a] = project(w);
+    }
+    const base = rgb(m.c), t = tint ? rgb(tint) : null;
+    for (let f = 0; f < m.f.length; f += 3) {
+      const A = world[m.f[f]], Bw = world[m.f[f + 1]], Cw = world[m.f[f + 2]];
+      const u = [Bw[0] - A[0], Bw[1] - A[1], Bw[2] - A[2]], s = [Cw[0] - A[0], Cw[1] - A[1], Cw[2] - A[2]];
+      const n = [u[1] * s[2] - u[2] * s[1], u[2] * s[0] - u[0] * s[2], u[0] * s[1] - u[1] * s[0]];
+      const len = Math.hypot(n[0], n[1], n[2]) || 1;
+      const light = 0.35 + 0.65 * Math.abs((n[0] * eye[0] + n[1] * eye[1] + n[2] * eye[2]) / len);
+      const c = base.map((b, j) => Math.round(Math.min(255, (t ? 0.5 * (b + t[j]) : b) * light)));
+      const a = screen[m.f[f]], b = screen[m.f[f + 1]], cc = screen[m.f[f + 2]];
+      list.push({ depth: (a[2] + b[2] + cc[2]) / 3 - 1e-3 * HALF, kind: "tri", a, b, c: cc, fill: "rgb(" + c.join(",") + ")", alpha });
+      count++;
+    }
+  }
+  return count;
+}
 function draw() {
   const px = window.devicePixelRatio || 1, unit = 0.38 * Math.min(cv.width, cv.height) / HALF * zoom;
   ctx.clearRect(0, 0, cv.width, cv.height);
@@ -167,10 +237,13 @@ function draw() {
   const prims = [], axisColours = ["#d62728", "#2ca02c", "#1f77b4"], triad = 0.08 * HALF;
   const B = D.base, bo = [B[0][3], B[1][3], B[2][3]];
   for (let a = 0; a < 3; a++) segment(prims, bo, [bo[0] + triad * B[0][a], bo[1] + triad * B[1][a], bo[2] + triad * B[2][a]], axisColours[a], 2 * px);
-  let links = 0, lines = [];
+  let links = 0, lines = [], triangles = 0;
+  const first = D.runs.findIndex((_, j) => shown[j]);
   D.runs.forEach((r, i) => {
     if (!shown[i]) return;
-    const k = frameAt(r, time), P = r.points[k], col = colour(i), w = Math.max(3 * px, 0.035 * unit);
+    const k = frameAt(r, time), P = r.points[k], col = colour(i);
+    const w = D.meshes.length ? Math.max(1.5 * px, 0.012 * unit) : Math.max(3 * px, 0.035 * unit);
+    if (D.meshes.length) triangles += meshes(prims, r.poses[k], i === first ? null : col, i === first ? 1 : 0.35);
     for (let j = 0; j + 1 < P.length; j++) {
       const d = Math.hypot(P[j + 1][0] - P[j][0], P[j + 1][1] - P[j][1], P[j + 1][2] - P[j][2]);
       if (d > 1e-9) { segment(prims, P[j], P[j + 1], col, w, "link"); links++; }
@@ -179,7 +252,7 @@ function draw() {
     const tl = r.tool[k], o = tl.slice(0, 3);
     for (let a = 0; a < 3; a++) segment(prims, o, [o[0] + triad * tl[3 + 3 * a], o[1] + triad * tl[4 + 3 * a], o[2] + triad * tl[5 + 3 * a]], axisColours[a], 2 * px);
     if (pathBox.checked && r.t.length > 1) lines.push({ pts: r.tool.slice(0, k + 1).map(x => project(x)), col });
-    if (i === D.runs.findIndex((_, j) => shown[j]))
+    if (i === first)
       readout.textContent = r.label + "   t = " + r.t[k].toFixed(3) + " s   q = [" + r.q[k].map(v => v.toFixed(3)).join(", ") + "]";
   });
   // tool paths under the arms, thin
@@ -194,6 +267,10 @@ function draw() {
     if (p.kind === "seg") {
       ctx.strokeStyle = p.style; ctx.lineWidth = p.width; ctx.beginPath();
       ctx.moveTo(p.pa[0], p.pa[1]); ctx.lineTo(p.pb[0], p.pb[1]); ctx.stroke();
+    } else if (p.kind === "tri") {
+      ctx.globalAlpha = p.alpha; ctx.fillStyle = p.fill; ctx.strokeStyle = p.fill; ctx.lineWidth = 0.5 * px;
+      ctx.beginPath(); ctx.moveTo(p.a[0], p.a[1]); ctx.lineTo(p.b[0], p.b[1]); ctx.lineTo(p.c[0], p.c[1]); ctx.closePath();
+      ctx.fill(); ctx.stroke(); ctx.globalAlpha = 1;
     } else if (p.kind === "dot") {
       ctx.fillStyle = p.style; ctx.beginPath(); ctx.arc(p.s[0], p.s[1], p.r, 0, 2 * Math.PI); ctx.fill();
     } else {
@@ -204,6 +281,7 @@ function draw() {
   }
   clock.textContent = "t = " + time.toFixed(3) + " s / " + T1.toFixed(3) + " s";
   document.body.dataset.links = String(links);
+  document.body.dataset.triangles = String(triangles);
   document.body.dataset.frame = String(D.runs.length ? frameAt(D.runs[0], time) : -1);
 }
 function setTime(t) { time = Math.min(Math.max(t, T0), T1); slider.value = T1 > T0 ? Math.round(1000 * (time - T0) / (T1 - T0)) : 0; draw(); }

@@ -26,8 +26,9 @@ Reading (what each URDF element becomes)
   mean "no limit".
 * ``<dynamics damping friction>`` -> ``viscous_friction`` and symmetric ``coulomb_friction``
   with gear ratio 1 (joint-side values).
-* Visuals, collisions and meshes are ignored (one warning). ``<transmission>``, ``<gazebo>``
-  and other extensions are ignored silently.
+* Visuals, collisions and meshes are not part of the dynamics; :func:`jaxarm.model.visuals.urdf_visuals`
+  reads the visual geometry for drawing (``jaxarm view``). ``<transmission>``, ``<gazebo>``
+  and other extensions are ignored.
 * Unsupported on the chain: ``floating`` and ``planar`` joints, ``<mimic>`` joints. Anywhere:
   closed chains (a link with two parent joints). Each raises :class:`UrdfError` naming the joint.
 
@@ -484,8 +485,6 @@ def load_urdf(path, *, base_link=None, tip_link=None, gravity=DEFAULT_GRAVITY) -
         inertia.append(I)
         locked.extend(lk)
 
-    if any(links[n].geometry for n in links):
-        warnings.warn(f"{fname}: <visual>/<collision> geometry and meshes are ignored (jaxarm reads kinematics and inertials only)", stacklevel=2)
     if locked:
         warnings.warn(
             f"{fname}: joints {', '.join(repr(n) for n in locked)} are not on the chain {base!r} -> {tip!r}: "
