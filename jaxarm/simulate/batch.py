@@ -155,5 +155,11 @@ def rollout_batch(
     if padded != B:
         traj = jax.tree_util.tree_map(lambda x: x[:B], traj)
     if on_divergence == "raise":
-        check_divergence(traj)
+        seen = traj
+        if not traj.diverged_step.is_fully_addressable:  # several processes: each checks the whole batch
+            from jax.experimental import multihost_utils
+
+            steps, t = multihost_utils.process_allgather((traj.diverged_step, traj.t), tiled=True)
+            seen = traj._replace(diverged_step=steps, t=t)
+        check_divergence(seen)
     return traj
