@@ -59,11 +59,16 @@ def page_script(path) -> str:
     return "\n".join(parts)
 
 
-def run_page(path, workdir, timeout: float = 600.0):
-    """Run :func:`page_script` of the page in ``workdir``. Returns (returncode, output, seconds)."""
+def run_page(path, workdir, timeout: float = 600.0, cache_dir=None):
+    """Run :func:`page_script` of the page in ``workdir``. Returns (returncode, output, seconds).
+    ``cache_dir``: a JAX persistent compilation cache shared by the pages' processes (and the
+    ``jaxarm`` commands they run), so a program another page or command already compiled is not
+    compiled again; None compiles everything (a new user's first run)."""
     start = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), MPLBACKEND="Agg",
                JAXARM_CACHE_DIR="off", PYTHONUNBUFFERED="1")
+    if cache_dir is not None:
+        env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
     r = subprocess.run([sys.executable, "-c", page_script(path)], cwd=workdir, env=env, capture_output=True, text=True,
                        timeout=timeout)
     return r.returncode, r.stdout + r.stderr, time.perf_counter() - start

@@ -27,9 +27,17 @@ def test_every_tutorial_is_executed_and_in_the_site():
         assert page in nav or page == "architecture.md" and "architecture.md" in nav, f"{page} is not in mkdocs.yml's nav"
 
 
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory):
+    """One JAX compilation cache for every page of this test run (shared by the pytest-xdist
+    workers: their temporary folders have a common parent), so the pages' repeated programs
+    compile once; it starts empty in every fresh run."""
+    return tmp_path_factory.getbasetemp().parent / "docs-jax-cache"
+
+
 @pytest.mark.parametrize("page", EXECUTED)
-def test_page_runs_as_written(page, tmp_path):
-    code, output, seconds = run_page(DOCS / page, tmp_path)
+def test_page_runs_as_written(page, tmp_path, compile_cache):
+    code, output, seconds = run_page(DOCS / page, tmp_path, cache_dir=compile_cache)
     assert code == 0, f"{page} failed after {seconds:.0f} s:\n{output[-4000:]}"
     assert output.strip(), f"{page} printed nothing"
     assert "Traceback" not in output

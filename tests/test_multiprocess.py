@@ -31,19 +31,19 @@ from jax.experimental import multihost_utils
 import jaxarm
 
 assert jax.process_count() == nproc and len(jax.devices()) == nproc and len(jax.local_devices()) == 1
-arm = jaxarm.load_arm("puma560")
+arm = jaxarm.load_arm("two_link_planar")
 B, T, dt = 6, 200, 2e-3
 rng = np.random.default_rng(0)  # every process builds the same global batch
-q0 = np.array([0.0, 0.6, -0.6, 0.0, 0.4, 0.0]) + rng.uniform(-0.2, 0.2, (B, 6))
-U = np.asarray(jaxarm.gravity_torques(arm, q0[0]))[None, None] + rng.uniform(-5, 5, (B, T, 6))
-traj = jaxarm.rollout_batch(arm, q0, np.zeros((B, 6)), U, dt)
+q0 = rng.uniform(-0.5, 0.5, (B, 2))
+U = rng.uniform(-5, 5, (B, T, 2))
+traj = jaxarm.rollout_batch(arm, q0, np.zeros((B, 2)), U, dt)
 local = [s.data.shape for s in traj.q.addressable_shards]
 gathered = {k: multihost_utils.process_allgather(getattr(traj, k), tiled=True) for k in ("q", "qd", "tau", "stop_steps")}
 diverged = None
 try:
     bad = U.copy()
     bad[-1, 5:] = 1e12  # the last element (held by the last process) blows up
-    jaxarm.rollout_batch(arm, q0, np.zeros((B, 6)), bad, dt, saturate=False)
+    jaxarm.rollout_batch(arm, q0, np.zeros((B, 2)), bad, dt, saturate=False)
 except jaxarm.DivergenceError as exc:
     diverged = str(exc)
 np.savez(out, local=np.asarray(local), diverged=np.asarray(diverged or ""), **gathered)
@@ -81,15 +81,15 @@ def test_two_processes_shard_a_batch_and_agree_with_one(tmp_path):
             pytest.skip("this jaxlib has no Gloo CPU collectives")
         assert p.returncode == 0, text[-3000:]
 
-    arm = jaxarm.load_arm("puma560")
+    arm = jaxarm.load_arm("two_link_planar")
     B, T, dt = 6, 200, 2e-3
     rng = np.random.default_rng(0)
-    q0 = np.array([0.0, 0.6, -0.6, 0.0, 0.4, 0.0]) + rng.uniform(-0.2, 0.2, (B, 6))
-    U = np.asarray(jaxarm.gravity_torques(arm, q0[0]))[None, None] + rng.uniform(-5, 5, (B, T, 6))
-    ref = jax.jit(jax.vmap(lambda q, u: jaxarm.rollout(arm, q, np.zeros(6), u, dt)))(q0, U)
+    q0 = rng.uniform(-0.5, 0.5, (B, 2))
+    U = rng.uniform(-5, 5, (B, T, 2))
+    ref = jax.jit(jax.vmap(lambda q, u: jaxarm.rollout(arm, q, np.zeros(2), u, dt)))(q0, U)
     for i in range(2):
         got = np.load(tmp_path / f"out{i}.npz")
-        np.testing.assert_array_equal(got["local"], [[B // 2, T + 1, 6]])  # each process holds half the batch
+        np.testing.assert_array_equal(got["local"], [[B // 2, T + 1, 2]])  # each process holds half the batch
         for k in ("q", "qd", "tau", "stop_steps"):
             np.testing.assert_allclose(got[k], np.asarray(getattr(ref, k)), rtol=0, atol=1e-12, err_msg=f"process {i}: {k}")
         assert "batch element 5" in str(got["diverged"]), str(got["diverged"])
