@@ -45,8 +45,31 @@ def test_mesh_readers(tmp_path):
     for name in ("b.stl", "a.stl", "t.obj"):
         v, f = read_mesh(tmp_path / name)
         np.testing.assert_allclose(v[f], TETRA_V[TETRA_F], err_msg=name)
+    # COLLADA: millimetres, y up, a node that moves the geometry by (10, 0, 0) mm; one triangle list
+    # with normals interleaved (stride 2) and one polygon list with a quad split into a fan
+    pos = " ".join(f"{x:g}" for x in (1000 * TETRA_V).reshape(-1))
+    tri = " ".join(f"{i} 0" for i in TETRA_F[:2].reshape(-1))
+    dae = f"""<?xml version="1.0"?><COLLADA xmlns="http://www.collada.org/2005/11/COLLADASchema" version="1.4.1">
+      <asset><unit name="millimeter" meter="0.001"/><up_axis>Y_UP</up_axis></asset>
+      <library_geometries><geometry id="g"><mesh>
+        <source id="p"><float_array id="pa" count="12">{pos}</float_array></source>
+        <source id="n"><float_array id="na" count="3">0 0 1</float_array></source>
+        <vertices id="v"><input semantic="POSITION" source="#p"/></vertices>
+        <triangles count="2"><input semantic="VERTEX" source="#v" offset="0"/><input semantic="NORMAL" source="#n" offset="1"/><p>{tri}</p></triangles>
+        <polylist count="1"><input semantic="VERTEX" source="#v" offset="0"/><vcount>4</vcount><p>0 3 2 1</p></polylist>
+      </mesh></geometry></library_geometries>
+      <library_visual_scenes><visual_scene id="s"><node id="a"><translate>10 0 0</translate>
+        <instance_geometry url="#g"/></node></visual_scene></library_visual_scenes></COLLADA>"""
+    (tmp_path / "t.dae").write_text(dae)
+    v, f = read_mesh(tmp_path / "t.dae")
+    y_up_to_z_up = np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]])  # (x, y, z) -> (x, -z, y)
+    expected = np.concatenate([TETRA_V[TETRA_F[:2]], TETRA_V[[[0, 3, 2], [0, 2, 1]]]]) + [0.01, 0, 0]
+    np.testing.assert_allclose(v[f], expected @ y_up_to_z_up.T, atol=1e-12)
+    (tmp_path / "x.ply").write_text("ply")
+    with pytest.raises(ValueError, match=r"x.ply: mesh format .ply is not read \(STL, OBJ or COLLADA\)"):
+        read_mesh(tmp_path / "x.ply")
     (tmp_path / "x.dae").write_text("<COLLADA/>")
-    with pytest.raises(ValueError, match=r"x.dae: mesh format .dae is not read"):
+    with pytest.raises(ValueError, match="x.dae: cannot read the mesh: no triangles"):
         read_mesh(tmp_path / "x.dae")
     (tmp_path / "bad.stl").write_text("nothing here")
     with pytest.raises(ValueError, match="bad.stl: cannot read the mesh"):
@@ -129,10 +152,10 @@ def test_a_headless_browser_draws_the_ur5_meshes(tmp_path, capsys):
     page = tmp_path / "ur5.html"
     assert main(["view", path, "--traj", str(results), "--out", str(page)]) == 0
     out = capsys.readouterr().out
-    assert "drew 7 meshes" in out and "7 links' visual meshes are .dae" in out  # the .dae visuals fall back to the STLs
+    assert "drew 7 meshes" in out and "collision" not in out  # the COLLADA visuals themselves
     data = __import__("json").loads(re.search(r'<script id="data" type="application/json">(.*?)</script>', page.read_text(), re.S).group(1))
     faces = sum(len(m["f"]) // 3 for m in data["meshes"])
-    assert len(data["meshes"]) == 7 and faces > 3000
+    assert len(data["meshes"]) == 7 and faces > 10000
     dom = _chromium(f"file://{page}#t=0.5", tmp_path, "--dump-dom")
     body = re.search(r"<body[^>]*>", dom).group(0)
     assert f'data-triangles="{faces}"' in body, body

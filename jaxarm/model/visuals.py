@@ -9,11 +9,12 @@ the jaxarm body that carries the link:
   which the arm locks at 0), exactly as :func:`jaxarm.load_urdf` merges their inertias. The body
   frames are :func:`jaxarm.forward_kinematics`'s ``frames`` (for URDF arms, the child link frame
   of each joint).
-* ``<mesh filename scale>``: binary or ASCII STL and Wavefront OBJ are read. ``package://pkg/...``
-  is looked up in the folders above the URDF file (the usual ROS layout) and in
-  ``ROS_PACKAGE_PATH``; relative names from the URDF's folder; ``file://`` as is. A visual mesh in
-  another format (COLLADA ``.dae``, say) falls back to the link's ``<collision>`` mesh when that one
-  can be read; what was used instead of what is reported in the notes.
+* ``<mesh filename scale>``: binary or ASCII STL, Wavefront OBJ and COLLADA (``.dae``: the
+  triangles of its visual scene, placed by the nodes' transforms, in metres with z up) are read.
+  ``package://pkg/...`` is looked up in the folders above the URDF file (the usual ROS layout) and in
+  ``ROS_PACKAGE_PATH``; relative names from the URDF's folder; ``file://`` as is. A visual mesh that
+  cannot be read falls back to the link's ``<collision>`` mesh when that one can be; what was used
+  instead of what is reported in the notes.
 * ``<box>``, ``<cylinder>`` (axis z) and ``<sphere>`` become meshes of their own; ``<material>``
   colours (inline or by name) are kept.
 * Meshes are simplified by vertex clustering (Rossignac & Borrel 1993) to at most ``max_faces``
@@ -33,7 +34,7 @@ from .urdf import UrdfError, _chain, _transform
 
 __all__ = ["Visual", "urdf_visuals", "read_mesh"]
 
-MESH_FORMATS = (".stl", ".obj")
+MESH_FORMATS = (".stl", ".obj", ".dae")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,16 +83,148 @@ def _read_obj(data: bytes):
     return np.asarray(verts, dtype=float), np.asarray(faces, dtype=np.int64)
 
 
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _children(elem, name):
+    return [c for c in elem if _local(c.tag) == name]
+
+
+def _node_matrix(node) -> np.ndarray:
+    """The product of a COLLADA <node>'s transform elements, in document order (COLLADA 1.4, 5-88)."""
+    M = np.eye(4)
+    for c in node:
+        tag, text = _local(c.tag), (c.text or "").split()
+        v = np.asarray([float(x) for x in text]) if text else np.zeros(0)
+        if tag == "matrix" and v.size == 16:
+            M = M @ v.reshape(4, 4)
+        elif tag == "translate" and v.size == 3:
+            T = np.eye(4)
+            T[:3, 3] = v
+            M = M @ T
+        elif tag == "scale" and v.size == 3:
+            M = M @ np.diag([*v, 1.0])
+        elif tag == "rotate" and v.size == 4:
+            axis, angle = v[:3] / (np.linalg.norm(v[:3]) or 1.0), np.radians(v[3])
+            K = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+            R = np.eye(4)
+            R[:3, :3] = np.eye(3) + np.sin(angle) * K + (1 - np.cos(angle)) * K @ K
+            M = M @ R
+    return M
+
+
+def _read_dae(data: bytes):
+    """Triangles of a COLLADA document: every <instance_geometry> of the visual scene, placed by its
+    nodes' transforms, in metres (<unit meter>) with z up (<up_axis>). <triangles>, <polylist> and
+    <polygons> are read (polygons split into fans); materials, normals and textures are not."""
+    root = ET.fromstring(data)
+    find = {_local(e.tag): e for e in root}
+    asset = find.get("asset")
+    scale, up = 1.0, "Z_UP"
+    if asset is not None:
+        for c in asset:
+            if _local(c.tag) == "unit" and c.get("meter"):
+                scale = float(c.get("meter"))
+            if _local(c.tag) == "up_axis" and c.text:
+                up = c.text.strip()
+    arrays = {e.get("id"): e for e in root.iter() if _local(e.tag) == "source" and e.get("id")}
+    geometries = {e.get("id"): e for e in root.iter() if _local(e.tag) == "geometry" and e.get("id")}
+
+    def positions(mesh, ref):
+        ref = ref.lstrip("#")
+        for vert in _children(mesh, "vertices"):
+            if vert.get("id") == ref:
+                for inp in _children(vert, "input"):
+                    if inp.get("semantic") == "POSITION":
+                        ref = inp.get("source", "").lstrip("#")
+        src = arrays.get(ref)
+        fa = next((c for c in src if _local(c.tag) == "float_array"), None) if src is not None else None
+        if fa is None:
+            raise ValueError(f"COLLADA source {ref!r} has no float_array")
+        return np.asarray([float(x) for x in (fa.text or "").split()]).reshape(-1, 3)
+
+    def triangles(geometry):
+        mesh = next((c for c in geometry if _local(c.tag) == "mesh"), None)
+        if mesh is None:
+            return np.zeros((0, 3))
+        out = []
+        for prim in mesh:
+            kind = _local(prim.tag)
+            if kind not in ("triangles", "polylist", "polygons"):
+                continue
+            inputs = _children(prim, "input")
+            stride = 1 + max((int(i.get("offset", 0)) for i in inputs), default=0)
+            vin = next((i for i in inputs if i.get("semantic") == "VERTEX"), None)
+            if vin is None:
+                continue
+            P = positions(mesh, vin.get("source", ""))
+            off = int(vin.get("offset", 0))
+            lists = [np.asarray([int(x) for x in (p.text or "").split()], dtype=np.int64) for p in _children(prim, "p")]
+            if kind == "triangles":
+                idx = np.concatenate(lists)[off::stride] if lists else np.zeros(0, np.int64)
+                out.append(P[idx[: len(idx) // 3 * 3]].reshape(-1, 3, 3))
+                continue
+            if kind == "polylist":
+                vc = _children(prim, "vcount")
+                counts = [int(x) for x in (vc[0].text or "").split()] if vc else []
+                flat = np.concatenate(lists)[off::stride] if lists else np.zeros(0, np.int64)
+                polys, start = [], 0
+                for c in counts:
+                    polys.append(flat[start:start + c])
+                    start += c
+            else:
+                polys = [lst[off::stride] for lst in lists]
+            for poly in polys:
+                if len(poly) >= 3:
+                    fan = np.stack([np.full(len(poly) - 2, poly[0]), poly[1:-1], poly[2:]], axis=1)
+                    out.append(P[fan])
+        return np.concatenate(out) if out else np.zeros((0, 3, 3))
+
+    tris = []
+
+    def walk(node, M):
+        M = M @ _node_matrix(node)
+        for c in node:
+            tag = _local(c.tag)
+            if tag == "instance_geometry":
+                g = geometries.get(c.get("url", "").lstrip("#"))
+                if g is not None:
+                    t = triangles(g)
+                    if len(t):
+                        tris.append(t @ M[:3, :3].T + M[:3, 3])
+            elif tag == "node":
+                walk(c, M)
+
+    scenes = [e for e in root.iter() if _local(e.tag) == "visual_scene"]
+    if scenes:
+        for node in _children(scenes[0], "node"):
+            walk(node, np.eye(4))
+    else:  # no scene: every geometry as it is
+        tris = [t for t in (triangles(g) for g in geometries.values()) if len(t)]
+    if not tris:
+        raise ValueError("no triangles in the COLLADA scene")
+    tri = np.concatenate(tris).reshape(-1, 3) * scale
+    if up == "Y_UP":  # to z up, a rotation: (x, y, z) -> (x, -z, y)
+        tri = tri @ np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]]).T
+    elif up == "X_UP":  # (x, y, z) -> (-z, y, x)
+        tri = tri @ np.array([[0, 0, -1.0], [0, 1.0, 0], [1.0, 0, 0]]).T
+    return tri, np.arange(len(tri)).reshape(-1, 3)
+
+
 def read_mesh(path):
-    """(vertices (V, 3), faces (F, 3)) of an STL (binary or ASCII) or OBJ file, in its own units."""
+    """(vertices (V, 3), faces (F, 3)) of an STL (binary or ASCII), OBJ or COLLADA (.dae) file, in
+    its own units (COLLADA: in metres, z up)."""
     ext = os.path.splitext(str(path))[1].lower()
     if ext not in MESH_FORMATS:
-        raise ValueError(f"{os.path.basename(str(path))}: mesh format {ext or '(none)'} is not read (STL or OBJ)")
+        raise ValueError(f"{os.path.basename(str(path))}: mesh format {ext or '(none)'} is not read (STL, OBJ or COLLADA)")
     with open(path, "rb") as f:
         data = f.read()
     try:
+        if ext == ".dae":
+            return _read_dae(data)
         return _read_stl(data) if ext == ".stl" else _read_obj(data)
-    except (ValueError, struct.error) as exc:
+    except (ValueError, struct.error, ET.ParseError) as exc:
         raise ValueError(f"{os.path.basename(str(path))}: cannot read the mesh: {exc}") from None
 
 
