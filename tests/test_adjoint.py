@@ -113,7 +113,9 @@ def test_rollout_adjoint_gradient_equals_reverse_mode(input, hold):
     for a in (False, True):
         def f(*args, a=a):
             return _rollout_cost(*args, adjoint=a, input=input, hold=hold)
-        grads[a] = jax.jit(jax.grad(f, argnums=tuple(range(6))))(*args)
+        # jaxarm.jit: jaxarm's XLA:CPU options (a plain jit compiles the adjoint's Jacobian stage
+        # with the fusion emitters, several times slower to build; the numbers are the same)
+        grads[a] = jaxarm.jit(jax.grad(f, argnums=tuple(range(6))))(*args)
     names = ("arm", "q0", "qd0", "u", "f_ext", "dt")
     for name, ref, adj in zip(names, grads[False], grads[True]):
         assert_trees_close(ref, adj, 1e-11, f"{input}, hold={hold}: d cost / d {name}")
@@ -121,7 +123,7 @@ def test_rollout_adjoint_gradient_equals_reverse_mode(input, hold):
     def closed(*rest):
         return _rollout_cost(arm, *rest, adjoint=True, input=input, hold=hold)
 
-    const = jax.jit(jax.grad(closed, argnums=tuple(range(5))))(*args[1:])
+    const = jaxarm.jit(jax.grad(closed, argnums=tuple(range(5))))(*args[1:])
     for name, ref, adj in zip(names[1:], grads[False][1:], const):
         assert_trees_close(ref, adj, 1e-11, f"{input}, hold={hold}, constant arm: d cost / d {name}")
 
