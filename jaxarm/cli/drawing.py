@@ -29,6 +29,11 @@ def skeleton(arm, q):
 def skeletons(arm, qs):
     """:func:`skeleton` at every row of qs (F, n) in one batched call: points (F, m, 3), joint
     origins (F, n, 3), the base frame (4, 4) and the tool frames (F, 4, 4)."""
+    return _skeletons(arm, qs)[:4]
+
+
+def _skeletons(arm, qs):
+    """:func:`skeletons` and the link frames it is drawn from, (F, n+1, 4, 4) (frame 0: the base)."""
     import jax
 
     from ..dynamics.kinematics import forward_kinematics
@@ -49,7 +54,7 @@ def skeletons(arm, qs):
                 points.append(prev[:, :3, 3] + float(kin.a[i]) * prev[:, :3, 0])
         points.append(frames[:, i + 1, :3, 3])
     points.append(tools[:, :3, 3])
-    return np.stack(points, axis=1), frames[:, 1:, :3, 3], frames[0, 0], tools
+    return np.stack(points, axis=1), frames[:, 1:, :3, 3], frames[0, 0], tools, frames
 
 
 def _limits(points):

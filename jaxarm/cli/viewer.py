@@ -20,7 +20,7 @@ import json
 
 import numpy as np
 
-from .drawing import skeletons
+from .drawing import _skeletons
 
 __all__ = ["html_view", "arm_visuals"]
 
@@ -46,16 +46,12 @@ def _run(arm, label, t, q, poses=False):
     if q.shape[0] > 1 and np.any(np.diff(t) < 0):
         raise ValueError(f"html_view: {label}: times must not decrease")
     idx = np.unique(np.linspace(0, len(t) - 1, min(MAX_FRAMES, len(t))).round().astype(int))
-    points, joints, base, tools = skeletons(arm, q[idx])
+    points, joints, base, tools, frames = _skeletons(arm, q[idx])
     tool = np.concatenate([tools[:, :3, 3], tools[:, :3, 0], tools[:, :3, 1], tools[:, :3, 2]], axis=1)
     run = {"label": str(label), "t": _round(t[idx], 6), "q": _round(q[idx]), "points": _round(points),
            "joints": _round(joints), "tool": _round(tool)}
     if poses:  # each body's frame (rotation row by row, then origin) at every frame, for the meshes
-        import jax
-
-        from ..dynamics.kinematics import forward_kinematics
-
-        frames = np.asarray(jax.vmap(lambda qq: forward_kinematics(arm, qq)[0])(q[idx]))[:, 1:]  # (F, n, 4, 4)
+        frames = frames[:, 1:]  # (F, n, 4, 4)
         run["poses"] = _round(np.concatenate([frames[..., :3, :3].reshape(*frames.shape[:2], 9), frames[..., :3, 3]], axis=-1))
     return run, base, points
 
@@ -73,12 +69,6 @@ def arm_visuals(spec: str, arm, meshes: bool = True):
     visuals, notes = urdf_visuals(spec)
     if any(v.body > arm.n for v in visuals):
         return [], ["the URDF's links do not match the arm's bodies; meshes not drawn"]
-    fallback = [n for n in notes if "drew its collision mesh" in n]
-    if len(fallback) > 1:  # one line for the usual case (COLLADA visuals, STL collisions)
-        kinds = sorted({n.split("mesh format ")[1].split(" ")[0] for n in fallback if "mesh format " in n})
-        notes = [n for n in notes if n not in fallback] + [
-            f"{len(fallback)} links' visual meshes are {'/'.join(kinds) or 'not readable'} (STL and OBJ are read): "
-            "drew their collision meshes instead"]
     return visuals, notes
 
 

@@ -369,6 +369,13 @@ def _shape(geometry, urdf_dir):
     return None, None, "no mesh, box, cylinder or sphere"
 
 
+def _origin(elem) -> np.ndarray:
+    """The 4x4 placement of a <visual> or <collision> from its <origin xyz rpy> (identity if absent)."""
+    o = elem.find("origin")
+    return _transform(_numbers(None if o is None else o.get("xyz"), 3, (0, 0, 0)),
+                      _numbers(None if o is None else o.get("rpy"), 3, (0, 0, 0)))
+
+
 def urdf_visuals(path, *, base_link=None, tip_link=None, max_faces: int = 3000):
     """The visual geometry of the chain ``base_link`` -> ``tip_link`` of a URDF file (as
     :func:`jaxarm.load_urdf` reads it): ``(visuals, notes)``, a list of :class:`Visual` and a list
@@ -403,16 +410,12 @@ def urdf_visuals(path, *, base_link=None, tip_link=None, max_faces: int = 3000):
                 continue
             try:
                 v, f, source = _shape(geometry, urdf_dir)
-                origin = vis.find("origin")
-                T = _transform(_numbers(None if origin is None else origin.get("xyz"), 3, (0, 0, 0)),
-                               _numbers(None if origin is None else origin.get("rpy"), 3, (0, 0, 0)))
+                T = _origin(vis)
                 if v is None and k < len(collisions) and collisions[k].find("geometry") is not None:
                     why = source
                     v, f, source = _shape(collisions[k].find("geometry"), urdf_dir)
                     if v is not None:
-                        corigin = collisions[k].find("origin")
-                        T = _transform(_numbers(None if corigin is None else corigin.get("xyz"), 3, (0, 0, 0)),
-                                       _numbers(None if corigin is None else corigin.get("rpy"), 3, (0, 0, 0)))
+                        T = _origin(collisions[k])
                         notes.append(f"link '{link}': visual {why}; drew its collision mesh {source}")
                         source = f"{source} (collision)"
             except ValueError as exc:
