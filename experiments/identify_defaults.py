@@ -75,7 +75,7 @@ def run_split(log: Path, split: str, at: float, folder: Path) -> dict:
     ratio = ours / published
     row = {
         "split": f"{split} 30 % held out", "command": "jaxarm " + " ".join(argv[:1] + ["LOG"] + argv[2:]),
-        "seconds": round(seconds, 1), "cutoff_hz": cutoff, "coulomb_velocity_scale": rep["coulomb_velocity_scale"],
+        "seconds": round(seconds, 1), "cutoff_hz": cutoff, "coulomb_velocity_scale": rep["coulomb_velocity_scale"], "friction_models": rep.get("friction_models"), "regularization": rep["regularization"]["weight"],
         "heldout_rmse": np.round(ours, 4).tolist(), "published_rmse_same_evaluation": np.round(published, 4).tolist(),
         "ratio": np.round(ratio, 3).tolist(), "mean_ratio": round(float(np.mean(ratio)), 3),
         "every_joint_no_worse": bool(np.all(ratio <= 1.0)), "mean_ratio_at_most_0.8": bool(np.mean(ratio) <= 0.8),

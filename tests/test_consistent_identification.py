@@ -204,6 +204,32 @@ def test_sigmoid_friction_recovered(truth):
     np.testing.assert_allclose(fit.parameters[10 * n:].reshape(n, 4)[:, 2], 0.0, atol=1e-15)
 
 
+def test_stribeck_friction_recovered(truth):
+    """Joints with a Stribeck velocity set get their static level fitted beside fc and fo: from a
+    start without static friction the fit finds the true static levels and the true Coulomb
+    levels (which the Stribeck term now modifies at low speed), to round-off on noiseless data."""
+    rng = np.random.default_rng(11)
+    G = np.abs(np.asarray(truth.drives.gear_ratio))
+    Ts = np.array([0.9, 0.35]) / G  # motor side; joint side 0.9 and 0.35 N m, above fc + |fo|
+    vs = np.array([0.05, 0.1])
+    arm = truth.replace(drives=dataclasses.replace(truth.drives, static_friction=Ts, stribeck_velocity=vs))
+    q, qd, qdd, tau = _samples(arm, rng, qd_scale=0.5)  # low speeds: the Stribeck dip is seen
+    start = arm.replace(drives=dataclasses.replace(arm.drives, static_friction=np.zeros(2)))
+    # the start misses the Stribeck term: it is far off at low speed
+    assert np.max(np.abs(predict_torques(start, q, qd, qdd) - tau), axis=0).min() > 0.1
+    fit = ci.fit_consistent(start, q, qd, qdd, tau, regularization=0.0, max_steps=600, tol=1e-15, memory_size=40)
+    np.testing.assert_allclose(np.asarray(fit.arm.drives.static_friction), Ts, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(fit.arm.drives.stribeck_velocity), vs)  # held
+    n = arm.n
+    np.testing.assert_allclose(fit.parameters[10 * n:].reshape(n, 4)[:, 1:], np.asarray(standard_parameters(arm))[10 * n:].reshape(n, 4)[:, 1:],
+                               rtol=1e-3, atol=1e-5)
+    assert np.all(fit.rmse < 1e-4 * np.sqrt(np.mean(tau**2, axis=0))), fit.rmse
+    assert all(r.ok for r in fit.consistency.values())
+    # the sigmoid mode holds fc fixed, so it cannot carry a Stribeck term that depends on it
+    with pytest.raises(ValueError, match="static_friction"):
+        ci.fit_consistent(arm, q, qd, qdd, tau, friction="sigmoid", max_steps=1)
+
+
 def test_com_box_is_respected_by_construction(truth):
     rng = np.random.default_rng(9)
     q, qd, qdd, tau = _samples(truth, rng)

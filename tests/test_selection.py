@@ -14,7 +14,7 @@ from helpers import random_arm
 import jaxarm
 from jaxarm.identify.fit import predict_torques
 from jaxarm.identify.linear_model import IdentificationError
-from jaxarm.identify.selection import select_preprocessing, with_coulomb_scale
+from jaxarm.identify.selection import STRIBECK_VELOCITIES, select_preprocessing, with_coulomb_scale, with_friction_model
 from jaxarm.logs import Log
 
 RATE = 500.0
@@ -62,8 +62,10 @@ def test_noisy_velocities_get_a_low_pass(arm):
     # every joint took exactly one Coulomb shape, at the chosen cutoff
     taken = sorted(j for row in table for j in row["chosen_for_joints"])
     assert taken == [1, 2] and all(row["cutoff_hz"] == choice.cutoff for row in table if row["chosen_for_joints"])
-    np.testing.assert_array_equal(choice.per_joint_rmse, [min(c.rmse[j] for c in choice.candidates if c.cutoff == choice.cutoff)
-                                                          for j in range(2)])
+    # each joint's model is within the tolerance of that joint's lowest error at the chosen cutoff
+    lowest = [min(c.rmse[j] for c in choice.candidates if c.cutoff == choice.cutoff) for j in range(2)]
+    assert np.all(choice.per_joint_rmse <= (1 + choice.tolerance) * np.array(lowest))
+    assert {row["stribeck_velocity"] for row in table} == set(STRIBECK_VELOCITIES)
 
 
 def test_smooth_friction_is_recognized(arm):
@@ -73,6 +75,29 @@ def test_smooth_friction_is_recognized(arm):
     exact = select_preprocessing(arm, _log(smooth))
     assert np.all(exact.coulomb_scales > 0) and np.all(choice.coulomb_scales > 0)
     assert exact.best.score < min(c.score for c in exact.candidates if c.coulomb_scale == 0.0)
+
+
+def test_stribeck_friction_is_recognized_per_joint(arm):
+    """Joint 1 has a Stribeck dip (static level 3x its Coulomb level, vs = 0.05 rad/s), joint 2
+    none: the selection gives joint 1 a Stribeck term near the true velocity and joint 2 none
+    (simplest model within 1 %), and fit_consistent then recovers joint 1's static level."""
+    G = np.abs(np.asarray(arm.drives.gear_ratio))
+    tc = np.abs(np.asarray(arm.drives.coulomb_friction)).mean(axis=1)
+    stribeck = arm.replace(drives=dataclasses.replace(arm.drives, static_friction=np.array([3.0 * tc[0], 0.0]),
+                                                      stribeck_velocity=np.array([0.05, 0.0])))
+    log = _log(stribeck, seconds=12.0)
+    choice = select_preprocessing(arm, log)
+    assert choice.stribeck_velocities[0] == 0.05 and choice.stribeck_velocities[1] == 0.0, choice.reason()
+    assert "Stribeck 0.05" in choice.reason()
+    none = [c for c in choice.candidates if c.cutoff == choice.cutoff and c.stribeck_velocity == 0.0]
+    assert choice.per_joint_rmse[0] < 0.5 * min(c.rmse[0] for c in none)  # the dip is what the others miss
+    # the arm handed to the fit: Stribeck velocity from the choice, static level to be fitted
+    start = with_friction_model(arm, choice.coulomb_scales, choice.stribeck_velocities)
+    assert np.all(np.asarray(start.drives.static_friction) == 0.0)
+    pre = jaxarm.preprocess_log(log, cutoff=choice.cutoff)
+    fit = jaxarm.fit_consistent(start, pre.q, pre.dq, pre.ddq, pre.tau, regularization=0.0, max_steps=400)
+    np.testing.assert_allclose(float(fit.arm.drives.static_friction[0]) * G[0], 3.0 * tc[0] * G[0], rtol=2e-2)
+    assert float(fit.arm.drives.static_friction[1]) == 0.0
 
 
 def test_too_short_or_without_torques_is_refused(arm):
@@ -87,7 +112,7 @@ def test_too_short_or_without_torques_is_refused(arm):
 
 def test_regularization_weight_is_chosen_by_validation():
     """A clean log of a known arm from a wrong prior: the weight is chosen among the candidates by
-    the error on the held-out end of the log; a large pull towards the wrong prior validates
+    blocked cross-validation in time; a large pull towards the wrong prior validates
     worse than a small one, so it is not chosen; the rule prefers the largest weight within the
     tolerance of the lowest error."""
     from jaxarm.identify.selection import select_regularization
@@ -108,7 +133,12 @@ def test_regularization_weight_is_chosen_by_validation():
     assert choice.weight != 10.0
     lowest = min(scores.values())
     assert choice.weight == max(w for w, s in scores.items() if s <= 1.01 * lowest)
-    assert "chosen by validation" in choice.reason()
+    assert "chosen by 3-fold blocked cross-validation in time" in choice.reason()
+    # one held-out block at the end (folds=1) agrees here, and says so
+    single = select_regularization(prior, log, weights=(1e-4, 1e-2, 10.0), max_steps=100, folds=1)
+    assert single.weight == choice.weight and "validation on the last" in single.reason()
+    with pytest.raises(ValueError, match="folds"):
+        select_regularization(prior, log, folds=0)
     with pytest.raises(ValueError, match="holdout"):
         select_regularization(prior, log, holdout=1.5)
     with pytest.raises(ValueError, match="frictions"):

@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: chosen from the log by blocked cross-validation, with the Coulomb friction shape)")
     p.add_argument("--steps", metavar="N", help="most L-BFGS iterations of the consistent fit (default 2000; it stops when converged)")
     p.add_argument("--regularization", metavar="W", help="weight of the pull towards ARM's values (default: chosen among "
-                   "1e-4 .. 1e-1 by the validation error on the last fifth of the fitted part)")
+                   "1e-4 .. 1e-1 by 3-fold blocked cross-validation in time on the fitted part)")
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_identify)
 

@@ -113,7 +113,7 @@ def _cmd_identify(args) -> int:
     from ..identify.logs import Log, LogError, preprocess_log
     from ..identify.diagnostics import conditioning_warning, identifiability, log_warnings
     from ..identify.export import check_export
-    from ..identify.selection import REGULARIZATION_WEIGHTS, select_preprocessing, select_regularization, with_coulomb_scale
+    from ..identify.selection import REGULARIZATION_WEIGHTS, select_preprocessing, select_regularization, with_friction_model
     from ..model.arm_files import arm_to_toml
     from ..model.consistency import consistency_report
 
@@ -185,12 +185,15 @@ def _cmd_identify(args) -> int:
     notes = []  # printed once the identification has succeeded (a refusal is one line)
     if args.cutoff is None:  # chosen from the data (the training part only)
         try:
-            choice = select_preprocessing(arm, fit_raw, rate=rate)
+            # the Stribeck term is fitted by the consistent method only (its static level is not in
+            # the linear method's parameter vector)
+            stribeck = {} if args.method == "consistent" and args.friction != "sigmoid" else {"stribeck_velocities": (0.0,)}
+            choice = select_preprocessing(arm, fit_raw, rate=rate, **stribeck)
         except (IdentificationError, ValueError) as exc:
             notes.append(f"no filter: the log cannot choose a cutoff by cross-validation ({_one_line(exc)}); give --cutoff HZ")
         else:
             cutoff = choice.cutoff
-            start = with_coulomb_scale(arm, choice.coulomb_scales)
+            start = with_friction_model(arm, choice.coulomb_scales, choice.stribeck_velocities)
             notes.append(choice.reason())
     friction = args.friction or "viscous-coulomb"
     preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto")
@@ -278,6 +281,8 @@ def _cmd_identify(args) -> int:
         "method": args.method,
         "friction": friction if args.method == "consistent" else "viscous-coulomb (linear)",
         "coulomb_velocity_scale": np.asarray(start.drives.coulomb_velocity_scale, dtype=float).tolist(),
+        "stribeck_velocity": np.asarray(start.drives.stribeck_velocity, dtype=float).tolist(),
+        "friction_models": None if choice is None else choice.friction_models(),
         "fit_until": fit_until,
         "fit_from": fit_from,
         "validation": {"split_at": float(split_at), "heldout": "before" if fit_from is not None else "after",

@@ -134,13 +134,18 @@ def identify_html(report: dict, fitted, fit_log, held_log, predicted_fit, predic
         parts.append(f"<li>{html.escape(reg['reason'])}.</li>")
     elif reg.get("weight") is not None:
         parts.append(f"<li>Regularization weight {_fmt(reg['weight'])} (given).</li>")
-    parts.append(f"<li>Coulomb friction shape per joint (velocity scale, 0 = sign): {html.escape(str(report['coulomb_velocity_scale']))}.</li></ul>")
+    parts.append(f"<li>Coulomb friction shape per joint (velocity scale, 0 = sign): {html.escape(str(report['coulomb_velocity_scale']))}.</li>")
+    if report.get("friction_models"):
+        parts.append(f"<li>Friction model per joint: {html.escape('; '.join(report['friction_models']))}.</li>")
+    parts.append("</ul>")
     if report.get("selection"):
         cands = report["selection"]["candidates"]
-        rows = [[_fmt(c["cutoff_hz"]) if c["cutoff_hz"] is not None else "none", _fmt(c["coulomb_scale"]), _fmt(c["score"]),
+        rows = [[_fmt(c["cutoff_hz"]) if c["cutoff_hz"] is not None else "none", _fmt(c["coulomb_scale"]),
+                 _fmt(c.get("stribeck_velocity", 0.0)), _fmt(c["score"]),
                  "best" if c["best_score"] else "", ", ".join(map(str, c["chosen_for_joints"]))] for c in cands]
         parts.append("<details><summary>Every candidate's cross-validated error</summary>"
-                     + _table(["cutoff [Hz]", "Coulomb scale", "relative validation error", "", "shape chosen for joints"], rows) + "</details>")
+                     + _table(["cutoff [Hz]", "Coulomb scale", "Stribeck velocity (0 = none)", "relative validation error", "",
+                               "model chosen for joints"], rows) + "</details>")
 
     n = fitted.n
     r = report["rmse"]
@@ -172,8 +177,8 @@ def identify_html(report: dict, fitted, fit_log, held_log, predicted_fit, predic
     parts.append(_table(["", "mass [kg]", "COM [m]", "Ixx Iyy Izz Ixy Ixz Iyz about the COM [kg m^2]"], rows))
     tc = np.asarray(drives.coulomb_friction)
     rows = [[f"drive {j + 1}", _fmt(drives.rotor_inertia[j]), _fmt(drives.viscous_friction[j]), _fmt(tc[j, 0]), _fmt(tc[j, 1]),
-             _fmt(drives.coulomb_velocity_scale[j])] for j in range(n)]
-    parts.append(_table(["", "rotor inertia", "viscous", "Tc+", "Tc-", "Coulomb scale"], rows))
+             _fmt(drives.coulomb_velocity_scale[j]), _fmt(drives.static_friction[j]), _fmt(drives.stribeck_velocity[j])] for j in range(n)]
+    parts.append(_table(["", "rotor inertia", "viscous", "Tc+", "Tc-", "Coulomb scale", "static Ts (Stribeck)", "Stribeck velocity"], rows))
 
     parts.append("<h2>Physical consistency</h2>")
     rows = [[label, "ok" if v["ok"] else "NO", "; ".join(v["problems"])] for label, v in report["consistency"].items()]

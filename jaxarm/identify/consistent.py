@@ -46,6 +46,17 @@ Gaz et al. 2019, ``phi1 / (1 + exp(-phi2 (qd + phi3))) - phi1 / (1 + exp(-phi2 p
 fitted jointly (``phi2 = exp(x) > 0``) together with ``Ia``, ``fv`` and ``fo``; ``fc`` then stays
 at the prior's value (the sigmoid replaces the discontinuous Coulomb term).
 
+Stribeck friction is fitted on every joint whose ``stribeck_velocity`` vs is set (> 0, e.g. chosen
+per joint by :func:`jaxarm.identify.selection.select_preprocessing`): with vs fixed the model of
+:func:`jaxarm.friction_torques` is linear in ``fc``, ``fo`` and the joint-side static level
+``S = |G| Ts``. For a moving joint with both Coulomb levels opposing the motion it is
+``(fc s + fo |s|)(1 - e) + S s e``, ``e = exp(-(qd / vs)^2)`` (Armstrong-Helouvry, Dupont & Canudas
+de Wit 1994, eq. 2: friction falls from the static level S at rest to the Coulomb level with
+speed), so the regressor's Coulomb columns are scaled by ``1 - e`` and S gets the column ``s e``.
+``S`` is kept > 0 as ``scale * softplus(x)`` (dissipative at every speed) and regularized towards
+the joint's Coulomb level ``fc`` of the prior, the neutral point where static and Coulomb friction
+are equal (no Stribeck effect for a symmetric joint).
+
 The fit minimizes, with optax's L-BFGS and a zoom line search, the mean squared, per-joint
 weighted residual of ``inverse_dynamics(arm_with_parameters(arm, pi), q, qd, qdd)`` over all
 samples, plus the regularization. The torques are evaluated as ``regressor @ pi + known_torques``
@@ -70,7 +81,7 @@ from ..dynamics.drives import friction_torques
 from ..model.arm import Arm, make_arm
 from ..model.consistency import check_link, consistency_report, pseudo_inertia
 from .fit import predict_torques, torque_rmse
-from .linear_model import arm_with_parameters, known_torques, regressor, standard_parameters
+from .linear_model import _coulomb_direction, arm_with_parameters, known_torques, regressor, standard_parameters
 
 __all__ = [
     "log_cholesky_to_pseudo_inertia",
@@ -412,6 +423,7 @@ class _Config:
     memory_size: int
     fit_sigmoid: bool
     bounds: str
+    fit_stribeck: bool = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -420,7 +432,8 @@ def _solver(memory_size: int):
 
 
 def _model(x, c, cfg: _Config):
-    """(theta (n, 10), standard parameters (14 n,), sigmoid phi (n, 3)) of the free variables x."""
+    """(theta (n, 10), standard parameters (14 n,), sigmoid phi (n, 3), joint-side static level
+    S (n,), zero on joints without Stribeck friction) of the free variables x."""
     links = x["links"]
     theta = jnp.concatenate([links[:, :7], _com_from_free(links[:, 7:], cfg.bounds, c["bounds"])], axis=1)
     raw = x["drives"]
@@ -438,14 +451,20 @@ def _model(x, c, cfg: _Config):
         phi = jnp.stack([s[:, 0] * c["s_tau"], jnp.exp(s[:, 1]), s[:, 2] * c["s_qd"]], axis=1)
     else:
         phi = c["phi0"]
-    return theta, pi, phi
+    if cfg.fit_stribeck:
+        S = jnp.where(c["stribeck_free"], jnp.maximum(jax.nn.softplus(x["stribeck"]), 1e-9) * c["s_tau"], 0.0)
+    else:
+        S = jnp.zeros_like(c["s_tau"])
+    return theta, pi, phi, S
 
 
 def _parts(x, c, cfg: _Config):
     """(data term, regularization term) of the objective."""
-    theta, pi, phi = _model(x, c, cfg)
+    theta, pi, phi, S = _model(x, c, cfg)
     # tau = Y pi + known (exactly inverse_dynamics(arm_with_parameters(arm, pi)); jaxarm.identification)
     tau_model = jnp.einsum("knp,p->kn", c["Y"], pi) + c["known"]
+    if cfg.fit_stribeck:  # (Coulomb columns of Y already scaled by 1 - e)
+        tau_model = tau_model + S * c["stribeck_column"]
     if cfg.fit_sigmoid:
         friction_arm = c["friction_arm"]
         friction_arm = friction_arm.replace(drives=dataclasses.replace(friction_arm.drives, sigmoid_friction=phi))
@@ -461,16 +480,21 @@ def _parts(x, c, cfg: _Config):
     if cfg.fit_sigmoid:
         e = x["sigmoid"] - c["sigmoid_prior_raw"]
         divergence = divergence + jnp.sum(e * e)
+    if cfg.fit_stribeck:
+        e = jnp.where(c["stribeck_free"], x["stribeck"] - c["stribeck_prior_raw"], 0.0)
+        divergence = divergence + jnp.sum(e * e)
     return data, c["lam"] * divergence
 
 
 def _unflatten(v, n):
-    """The free variables {links (n, 10), drives (n, 4), sigmoid (n, 3)} from a flat (17 n,) vector."""
-    return {"links": v[: 10 * n].reshape(n, 10), "drives": v[10 * n : 14 * n].reshape(n, 4), "sigmoid": v[14 * n :].reshape(n, 3)}
+    """The free variables {links (n, 10), drives (n, 4), sigmoid (n, 3), stribeck (n,)} from a flat
+    (18 n,) vector."""
+    return {"links": v[: 10 * n].reshape(n, 10), "drives": v[10 * n : 14 * n].reshape(n, 4),
+            "sigmoid": v[14 * n : 17 * n].reshape(n, 3), "stribeck": v[17 * n :]}
 
 
 def _flatten(x):
-    return jnp.concatenate([x["links"].reshape(-1), x["drives"].reshape(-1), x["sigmoid"].reshape(-1)])
+    return jnp.concatenate([x["links"].reshape(-1), x["drives"].reshape(-1), x["sigmoid"].reshape(-1), x["stribeck"]])
 
 
 def _objective_flat(v, c, cfg: _Config):
@@ -505,8 +529,8 @@ def _step(y, state, v0, T, c, cfg: _Config):
 def _finish(v, c, cfg: _Config):
     x = _unflatten(v, c["scales"].shape[0])
     data, reg = _parts(x, c, cfg)
-    _, pi, phi = _model(x, c, cfg)
-    return data, reg, pi, phi
+    _, pi, phi, S = _model(x, c, cfg)
+    return data, reg, pi, phi, S
 
 
 def fit_consistent(
@@ -548,8 +572,10 @@ def fit_consistent(
     1 / mean(tau_j^2), "uniform" one weight for all, or an array (n,) of your own.
     ``friction``: "viscous-coulomb" fits Ia, fv, fc, fo per joint (the arm's sigmoid friction, if
     any, stays as it is); "sigmoid" fits Ia, fv, fo and the sigmoid (phi1, phi2 > 0, phi3) per
-    joint, keeping fc at the prior's value. ``fit_drives=False`` keeps every drive and friction
-    parameter of ``arm`` (links only).
+    joint, keeping fc at the prior's value. With viscous-Coulomb friction, every joint whose
+    ``stribeck_velocity`` is set also gets its Stribeck static level fitted (``static_friction``,
+    module docstring; the velocity stays as given). ``fit_drives=False`` keeps every drive and
+    friction parameter of ``arm`` (links only).
     ``com_bounds``: :class:`ComBox` or :class:`ComSphere`, imposed by construction (the starting
     COMs must lie strictly inside).
     ``repair``: a physically inconsistent ``arm`` or ``prior`` (a published model can be, e.g. the
@@ -583,9 +609,11 @@ def fit_consistent(
     gear = np.asarray(arm.drives.gear_ratio)
     if fit_drives and np.any(gear == 0):
         raise ValueError(f"fit_consistent: arm: gear_ratio must be nonzero to fit drive parameters (joint {int(np.flatnonzero(gear == 0)[0]) + 1})")
-    if fit_drives and np.any(np.asarray(arm.drives.static_friction) > 0):
-        raise ValueError("fit_consistent: arm: Stribeck friction (static_friction) depends on the Coulomb levels being fitted; "
-                         "remove it or pass fit_drives=False")
+    stribeck_velocity = np.asarray(arm.drives.stribeck_velocity, dtype=np.float64)
+    stribeck_free = np.asarray(fit_drives and friction != "sigmoid", bool) & (stribeck_velocity > 0)
+    if fit_drives and np.any((np.asarray(arm.drives.static_friction) > 0) & ~stribeck_free):
+        raise ValueError("fit_consistent: arm: Stribeck friction (static_friction) depends on the Coulomb levels being fitted, "
+                         "which the sigmoid model holds fixed; remove it or pass fit_drives=False")
     bounds = _check_bounds(com_bounds, n)
     if isinstance(joint_weights, str):
         if joint_weights not in JOINT_WEIGHTS:
@@ -617,7 +645,7 @@ def fit_consistent(
         drive_free[:] = True
         drive_free[:, 2] = friction != "sigmoid"
     cfg = _Config(memory_size=int(memory_size), fit_sigmoid=bool(fit_drives and friction == "sigmoid"),
-                  bounds=_bound_arrays(bounds)[0])
+                  bounds=_bound_arrays(bounds)[0], fit_stribeck=bool(np.any(stribeck_free)))
 
     def drive_raw(values):
         """Free variables of drive values (Ia, fv, fc, fo); values outside the physical set
@@ -637,8 +665,27 @@ def fit_consistent(
     base_arm = arm
     if cfg.fit_sigmoid:  # the sigmoid is fitted: keep it out of the known torques
         base_arm = arm.replace(drives=dataclasses.replace(arm.drives, sigmoid_friction=np.zeros((n, 3))))
-    Y = np.asarray(regressor(base_arm, q, qd, qdd))
+    if cfg.fit_stribeck:  # Stribeck fitted: out of the known torques, into the columns below
+        base_arm = base_arm.replace(drives=dataclasses.replace(base_arm.drives, static_friction=np.zeros(n)))
+    Y = np.array(regressor(base_arm, q, qd, qdd))
     known = np.asarray(known_torques(base_arm, q, qd, qdd))
+    stribeck_column = np.zeros_like(qd)
+    S_start = S_prior = np.log(2.0) * s_tau  # raw 0 where no joint has Stribeck friction (unused)
+    if cfg.fit_stribeck:
+        vs = np.where(stribeck_free, stribeck_velocity, 1.0)
+        e = np.where(stribeck_free, np.exp(-((qd / vs) ** 2)), 0.0)
+        direction = np.asarray(_coulomb_direction(base_arm, qd))
+        for j in np.flatnonzero(stribeck_free):
+            Y[:, :, 10 * n + 4 * j + 2] *= (1.0 - e[:, j])[:, None]  # fc s (1 - e)
+            Y[:, :, 10 * n + 4 * j + 3] *= (1.0 - e[:, j])[:, None]  # fo |s| (1 - e)
+        stribeck_column = direction * e  # S s e
+        absG = np.abs(gear)
+
+        def static_level(a, d):  # joint side S = |G| Ts; without one, the Coulomb level fc (neutral)
+            return np.where(np.asarray(a.drives.static_friction) > 0, absG * np.asarray(a.drives.static_friction), d[:, 2])
+
+        S_start = np.maximum(static_level(arm, drives0), 1e-3 * s_tau)
+        S_prior = np.maximum(static_level(prior, drives_prior), 1e-3 * s_tau)
     friction_arm = make_arm(arm.joint_types, convention=arm.convention, name="friction")
     friction_arm = friction_arm.replace(kinematics=arm.kinematics)
 
@@ -657,12 +704,15 @@ def fit_consistent(
         "J_prior_inv": np.linalg.inv(np.asarray(log_cholesky_to_pseudo_inertia(theta_prior))),
         "logdet_prior": 2.0 * (4.0 * theta_prior[:, 0] + theta_prior[:, 1:4].sum(axis=1)),
         "drives_prior_raw": drive_raw(drives_prior), "sigmoid_prior_raw": sigmoid_raw(phi_prior),
+        "stribeck_free": stribeck_free, "stribeck_column": stribeck_column,
+        "stribeck_prior_raw": _softplus_inverse(S_prior / s_tau),
         "lam": np.float64(regularization), "bounds": _bound_arrays(bounds)[1],
     }
     x = {
         "links": jnp.asarray(np.concatenate([theta0[:, :7], com_free], axis=1)),
         "drives": jnp.asarray(drive_raw(drives0)),
         "sigmoid": jnp.asarray(sigmoid_raw(phi_arm)),
+        "stribeck": jnp.asarray(_softplus_inverse(S_start / s_tau)),
     }
     consts = jax.tree_util.tree_map(jnp.asarray, consts)
 
@@ -696,11 +746,14 @@ def fit_consistent(
                 message = f"objective decreased by less than tol = {tol:g} (relative) over 5 iterations ({k} iterations)"
                 break
         v = v + T @ y
-    data_loss, reg_loss, pi, phi = _finish(v, consts, cfg)
+    data_loss, reg_loss, pi, phi, S = _finish(v, consts, cfg)
     data_loss, reg_loss = float(data_loss), float(reg_loss)
     history.append(data_loss + reg_loss)
     fitted = arm_with_parameters(arm, pi)
     fitted = fitted.replace(drives=dataclasses.replace(fitted.drives, sigmoid_friction=phi))
+    if cfg.fit_stribeck:
+        static = np.where(stribeck_free, np.asarray(S) / np.abs(gear), np.asarray(arm.drives.static_friction))
+        fitted = fitted.replace(drives=dataclasses.replace(fitted.drives, static_friction=static))
     fitted = jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), fitted)
     return ConsistentFit(
         arm=fitted,
