@@ -103,6 +103,44 @@ def _verdict(report: dict, rmse_held, rmse_held_start) -> dict:
     return {"pass": all(c["pass"] for c in checks), "checks": checks}
 
 
+def _refine(arm, fit_log, held, where):
+    """Output-error refinement of ``arm`` on ``fit_log`` (:func:`jaxarm.refine_output_error`). With a
+    held-out part: its simulation (position) and torque errors before and after decide whether the
+    refined arm is kept (simulation error lower on average, torque error not more than 2 % higher
+    on average). Returns (the arm kept, the report's section)."""
+    import time
+
+    from ..identify.fit import predict_torques, torque_rmse
+    from ..identify.linear_model import IdentificationError
+    from ..identify.output_error import refine_output_error, simulation_error
+
+    started = time.perf_counter()
+    try:
+        result = refine_output_error(arm, fit_log)
+    except IdentificationError as exc:
+        raise CommandError(f"--refine: cannot refine the model on {where}: {_one_line(exc)}") from None
+    if held is None:
+        return result.arm, None
+    try:
+        sim = [simulation_error(a, held) for a in (arm, result.arm)]
+    except IdentificationError as exc:
+        raise CommandError(f"--refine: the held-out part cannot be simulated: {_one_line(exc)}") from None
+    tau = [torque_rmse(held.tau, predict_torques(a, held.q, held.dq, held.ddq)) for a in (arm, result.arm)]
+    sim_ratio = float(np.mean(sim[1] / np.maximum(sim[0], 1e-300)))
+    tau_ratio = float(np.mean(tau[1] / np.maximum(tau[0], 1e-300)))
+    kept = sim_ratio < 1.0 and tau_ratio <= 1.02
+    decision = (f"held-out simulation error x{sim_ratio:.3f}, torque error x{tau_ratio:.3f} (mean over joints) "
+                f"after {result.iterations} Levenberg-Marquardt steps on {result.windows} windows of {result.window_steps} "
+                f"samples: " + ("refined model kept" if kept else "refined model not kept (it must lower the simulation "
+                                                                 "error without raising the torque error by more than 2 %)"))
+    section = {"kept": kept, "decision": decision, "message": result.message, "seconds": round(time.perf_counter() - started, 1),
+               "windows": result.windows, "window_steps": result.window_steps, "iterations": result.iterations,
+               "heldout_simulation_rmse": {"before": sim[0].tolist(), "after": sim[1].tolist()},
+               "heldout_torque_rmse": {"before": tau[0].tolist(), "after": tau[1].tolist()},
+               "refined_on_whole_log": False}
+    return (result.arm if kept else arm), section
+
+
 def _cmd_identify(args) -> int:
     """Fit an arm's parameters to a torque log; write the arm file (and report, plot) atomically."""
     import json
@@ -127,6 +165,9 @@ def _cmd_identify(args) -> int:
     if args.method == "linear" and args.friction == "sigmoid":
         raise CommandError("--friction sigmoid: the sigmoid model is not linear in its parameters; use --method consistent "
                            "(--method linear keeps the arm's own sigmoid friction as known)")
+    if args.refine and args.method == "linear":
+        raise CommandError("--refine: output-error refinement keeps every link physically consistent; use --method consistent "
+                           "(the default)")
     steps = int(_positive(args.steps, "--steps", "a number of iterations")) if args.steps is not None else 2000
     regularization = _numbers(args.regularization, "--regularization")[0] if args.regularization is not None else None
     if regularization is not None and regularization < 0:
@@ -257,6 +298,10 @@ def _cmd_identify(args) -> int:
     elif regularization is None:
         regularization = 0.0
     linear, fitted, optimizer = fit(fit_log)
+    refinement = None
+    if args.refine:
+        # output-error refinement, judged on the held-out part (simulation and torque error)
+        fitted, refinement = _refine(fitted, fit_log, held, where)
     validated = fitted  # the model the held-out numbers and figures are about (fitted without them)
     predicted_held = predict_torques(validated, held.q, held.dq, held.ddq)
     rmse_held = torque_rmse(held.tau, predicted_held)
@@ -264,6 +309,9 @@ def _cmd_identify(args) -> int:
     if refit:
         fit_log = preprocess(raw)
         linear, fitted, optimizer = fit(fit_log)
+        if refinement is not None and refinement["kept"]:  # the same choice for the arm file, on the whole log
+            fitted = _refine(fitted, fit_log, None, where)[0]
+            refinement["refined_on_whole_log"] = True
     fitted = fitted.replace(name=f"{arm.name}-identified")
     # each experiment on its own (the joins between several logs are not gaps in any of them)
     warned = [w for log in logs for w in log_warnings(log)]
@@ -305,6 +353,7 @@ def _cmd_identify(args) -> int:
         "consistent": all(r.ok or r.massless for r in consistency.values()),
         "warnings": warned,
         "identifiability": identifiability(linear),
+        "output_error": refinement,
     }
     exports = []
     for path, fmt in ((args.urdf, "urdf"), (args.mjcf, "mjcf")):
@@ -354,6 +403,8 @@ def _cmd_identify(args) -> int:
         print(f"validation: fitted on t < {split_at:.4g} s, held out t >= {split_at:.4g} s ({len(held)} samples)")
     rows = [[j + 1, f"{rmse_fit[j]:.4g}", f"{rmse_held[j]:.4g}"] for j in range(arm.n)]
     print(_table(["joint", "RMSE fit", "RMSE held-out"], rows, indent=""))
+    if refinement is not None:
+        print("output-error refinement: " + refinement["decision"])
     print(f"base regressor: rank {linear.rank}, condition number {linear.condition_number:.4g}")
     print("identifiability: " + report["identifiability"]["summary"])
     bad = [label for label, r in consistency.items() if not (r.ok or r.massless)]

@@ -135,6 +135,8 @@ def identify_html(report: dict, fitted, fit_log, held_log, predicted_fit, predic
     elif reg.get("weight") is not None:
         parts.append(f"<li>Regularization weight {_fmt(reg['weight'])} (given).</li>")
     parts.append(f"<li>Coulomb friction shape per joint (velocity scale, 0 = sign): {html.escape(str(report['coulomb_velocity_scale']))}.</li>")
+    if report.get("output_error"):
+        parts.append(f"<li>Output-error refinement: {html.escape(report['output_error']['decision'])}.</li>")
     if report.get("friction_models"):
         parts.append(f"<li>Friction model per joint: {html.escape('; '.join(report['friction_models']))}.</li>")
     parts.append("</ul>")
