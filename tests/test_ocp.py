@@ -11,6 +11,7 @@ crosses; vmap over goals equal to a loop; and the errors for bad problems, raise
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -120,6 +121,66 @@ def test_ddp_reaches_the_optimum_of_augmented_lagrangian_ilqr(reach_solutions):
     assert float(res.cost) == pytest.approx(float(ref.cost), rel=3e-5)
     assert float(jnp.max(jnp.abs(ref.u) / TORQUE_LIMITS)) <= 1 + 1e-4
     assert_close(res.u, ref.u, atol=0.05 * TORQUE_LIMITS.max())
+
+
+def test_second_order_ddp_finds_the_same_optimum_and_converges_quadratically(reach_solutions):
+    """DDP with the dynamics' second-order terms (second_order=True) on the box-constrained reach:
+    the same optimum as iLQR (the default) to round-off, and near the optimum a quadratic decrease
+    of the cost's distance to its optimum (Mayne 1966) where iLQR's is linear; far from it, where
+    the costates make the full model indefinite, the iteration takes the Gauss-Newton step and
+    needs no more iterations than iLQR."""
+    arm, problem, goal, res, _, _ = reach_solutions
+    tight = jaxarm.jit(functools.partial(trajopt.ddp, tol=1e-13, max_iterations=200))
+    ilqr = tight(problem)
+    second = jaxarm.jit(functools.partial(trajopt.ddp, tol=1e-13, max_iterations=200, second_order=True))(problem)
+    assert bool(ilqr.converged) and bool(second.converged), (ilqr.reason(), second.reason())
+    assert float(second.cost) == pytest.approx(float(ilqr.cost), rel=1e-10)
+    assert_close(second.u, ilqr.u, atol=1e-6 * TORQUE_LIMITS.max())
+    assert np.all(np.abs(np.asarray(second.u)) <= TORQUE_LIMITS + 1e-12)  # the box still holds
+    best = float(ilqr.cost)
+
+    def distances(r):
+        c = np.asarray(r.history.cost)[: int(r.iterations)]
+        return c[np.isfinite(c)] - best
+
+    d2, d1 = distances(second), distances(ilqr)
+    assert int(second.iterations) <= int(ilqr.iterations), (int(second.iterations), int(ilqr.iterations))
+
+    def orders(d):  # log d_{k+1} / log d_k of the relative distances below 1e-3: 2 quadratic, -> 1 linear
+        rel = d[(d > 1e-13 * best) & (d < 1e-3 * best)] / best
+        return np.log(rel[1:]) / np.log(rel[:-1])
+
+    assert orders(d2).size >= 1 and np.all(orders(d2) > 1.8), orders(d2)
+    assert orders(d1).size >= 2 and np.all(orders(d1)[-2:] < 1.5), orders(d1)  # iLQR: linear
+
+
+def test_step_second_derivatives_are_the_hessian_of_the_costate_times_the_step():
+    """p . d^2F from central differences of the analytic step Jacobians (the term DDP and the
+    implicit gradients add) against jax.hessian of p . F through the very step, for RK3 and for
+    semi-implicit Euler, on an arm with a prismatic joint, drives and smooth Coulomb friction."""
+    import importlib
+
+    from tests.helpers import random_arm
+
+    ocp_module = importlib.import_module("jaxarm.control.trajopt.ocp")
+    arm = random_arm(5, "RRP", drives=True)
+    arm = arm.replace(drives=dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05)))
+    rng = np.random.default_rng(3)
+    n, K, dt = arm.n, 3, 0.01
+    xs = jnp.asarray(rng.uniform(-1, 1, (K, 2 * n)))
+    us = jnp.asarray(rng.uniform(-3, 3, (K, n)))
+    p = jnp.asarray(rng.normal(size=(K, 2 * n)))
+    for method in ("rk3", "semi_implicit_euler"):
+        D = jaxarm.jit(ocp_module._step_second_derivatives, static_argnums=(4, 5))(arm, xs, us, dt, method, "torque")
+        got = jnp.einsum("kjim,ki->kjm", D, p)
+
+        def pF(z, p):
+            return p @ ocp_module._step(arm, z[: 2 * n], z[2 * n:], dt, method, "torque")
+
+        want = jaxarm.jit(jax.vmap(jax.hessian(pF)))(jnp.concatenate([xs, us], axis=1), p)
+        scale = float(jnp.abs(want).max())
+        assert scale > 1e-3  # not trivial
+        assert_close(got, want, atol=1e-6 * scale, rtol=0)
 
 
 def test_feasibility_driven_start_closes_its_gaps_and_finds_the_same_optimum(reach_solutions):

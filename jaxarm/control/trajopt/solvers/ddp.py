@@ -41,7 +41,7 @@ import numpy as np
 
 from ....dynamics import linalg
 from ....simulate.batch import _strong
-from ..ocp import OCP, _finite, _step, _step_jacobians, solver_arm
+from ..ocp import OCP, _finite, _step, _step_jacobians, _step_second_derivatives, solver_arm
 from .implicit import solution_vjp
 from .knots import (_constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value,
                     _violation)
@@ -188,6 +188,7 @@ def ddp(
     mu_growth: float = 10.0,
     mu_max: float = 1e8,
     multipliers=None,
+    second_order: bool = False,
 ) -> OCPResult:
     """Solve an :class:`jaxarm.trajopt.OCP` by box-constrained feasibility-driven DDP (see the
     module docstring) with an augmented Lagrangian for its constraints.
@@ -202,6 +203,13 @@ def ddp(
     rollout, and it leaves the rollout's compiled copy of the dynamics out of the program.
     multipliers: (T+1, m) the constraints' multipliers to start from (a warm start,
     e.g. ``previous.multipliers``).
+    second_order: DDP proper (Mayne 1966; Tassa, Mansard & Todorov 2014, eq. 5): the backward pass
+    adds the dynamics' second-order terms V'_x . F_zz to Q_xx, Q_ux and Q_uu (and to the model the
+    line search compares with), where iLQR (the default) keeps the Gauss-Newton model. The terms
+    come from central differences of the analytic step Jacobians at every knot
+    (``_step_second_derivatives``): each iteration evaluates the step Jacobians at 6n + 1 points per
+    knot instead of one, so an iteration costs several times more; near the optimum DDP converges
+    quadratically where iLQR converges linearly on problems whose dynamics' curvature matters.
 
     Stops when the trajectory is feasible (gaps below ``tol_gap``), the constraints hold to
     ``tol_violation`` and the model's predicted decrease of a full step is below ``tol`` relative
@@ -227,6 +235,8 @@ def ddp(
                     ("reg_min", reg_min), ("reg_max", reg_max), ("mu", mu), ("mu_max", mu_max)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{func}: {name}: expected a finite number >= 0, got {v!r}")
+    if not isinstance(second_order, (bool, np.bool_)):
+        raise ValueError(f"{func}: second_order: expected True or False, got {second_order!r}")
     if not reg_factor > 1 or not mu_growth >= 1:
         raise ValueError(f"{func}: reg_factor > 1 and mu_growth >= 1 expected, got {reg_factor!r}, {mu_growth!r}")
     n, T = problem.n, problem.T
@@ -255,7 +265,7 @@ def ddp(
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
     options = _Options(max_iterations, tol, tol_violation, tol_gap, regularization, reg_min, reg_max, reg_factor,
-                       line_search_steps, armijo, al_iterations, mu, mu_growth, mu_max)
+                       line_search_steps, armijo, al_iterations, mu, mu_growth, mu_max, bool(second_order))
     xs, us, lam, it, done, stop, log, gap = _solve(problem, us0, xs0, lam0, options)
 
     arm = solver_arm(problem)
@@ -295,13 +305,14 @@ class _Options(NamedTuple):
     mu: float
     mu_growth: float
     mu_max: float
+    second_order: bool = False
 
 
 def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
     """The DDP iterations inside the augmented-Lagrangian rounds: (x, u, multipliers, iterations,
     done, stop, log, final gap)."""
     (max_iterations, tol, tol_violation, tol_gap, regularization, reg_min, reg_max, reg_factor, line_search_steps,
-     armijo, al_iterations, mu, mu_growth, mu_max) = options
+     armijo, al_iterations, mu, mu_growth, mu_max, second_order) = options
     n, T = problem.n, problem.T
     dtype = jnp.result_type(problem.x0)
     arm = solver_arm(problem)
@@ -329,14 +340,17 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
         gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
         return gaps, A, B
 
-    def backward(xs, us, A, B, gaps, g, H, reg):
+    def backward(xs, us, A, B, gaps, g, H, reg, D, exact):
         nx = 2 * n
         VxT, VxxT = g[T, :nx], H[T, :nx, :nx]
 
         def stage(carry, d):
             Vx, Vxx, ok = carry
-            x, u, A, B, f_next, g, H = d
+            x, u, A, B, f_next, g, H, D = d
             Vx_next = Vx + Vxx @ f_next  # the gap-corrected value gradient (FDDP)
+            if exact:  # + V'_x . F_zz (D: d[A B]/dz_j, row j)
+                F2 = jnp.einsum("jim,i->jm", D, Vx_next)
+                H = H + 0.5 * (F2 + F2.T)
             Qx = g[:nx] + A.T @ Vx_next
             Qu = g[nx:] + B.T @ Vx_next
             Qxx = H[:nx, :nx] + A.T @ Vxx @ A
@@ -350,12 +364,12 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
             K = jnp.where(free[:, None], K, 0.0)
             Vx = Qx + K.T @ Quu @ du + K.T @ Qu + Qux.T @ du
             Vxx = Qxx + K.T @ Quu @ K + K.T @ Qux + Qux.T @ K
-            return (Vx, 0.5 * (Vxx + Vxx.T), ok), (du, K, Vx)
+            return (Vx, 0.5 * (Vxx + Vxx.T), ok), (du, K, H)
 
-        (Vx0, Vxx0, ok), (k, K, _) = jax.lax.scan(
-            stage, (VxT, VxxT, jnp.asarray(True)), (xs[:-1], us, A, B, gaps[1:], g[:T], H[:T]), reverse=True)
+        (Vx0, Vxx0, ok), (k, K, Hs) = jax.lax.scan(
+            stage, (VxT, VxxT, jnp.asarray(True)), (xs[:-1], us, A, B, gaps[1:], g[:T], H[:T], D), reverse=True)
         ok = ok & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
-        return _Backward(k, K, ok)
+        return _Backward(k, K, ok), jnp.concatenate([Hs, H[T:]])  # the knots' Hessians the step was built with
 
     def expected(bw, A, B, gaps, g, H):
         """g1, g2 of the model's change alpha g1 + alpha^2 g2 along the step (one linear rollout)."""
@@ -392,7 +406,15 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
             gaps, A, B = dynamics(xs, us)
             xu = jnp.concatenate([xs, pad(us)], axis=1)
             g, H = jax.vmap(lambda xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu))(xu, ks, lam)
-            bw = backward(xs, us, A, B, gaps, g, H, reg)
+            if second_order:
+                # DDP's step where its model is convex along the way back (every Q_uu positive
+                # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
+                # the costates make V'_x . F_zz indefinite
+                D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
+                exact, H_exact = backward(xs, us, A, B, gaps, g, H, reg, D, True)
+                bw, H = jax.lax.cond(exact.ok, lambda: (exact, H_exact), lambda: backward(xs, us, A, B, gaps, g, H, reg, D, False))
+            else:
+                bw, H = backward(xs, us, A, B, gaps, g, H, reg, jnp.zeros((T, 0), dtype), False)
             g1, g2 = expected(bw, A, B, gaps, g, H)
             gap = jnp.max(jnp.abs(gaps))
             feasible = gap <= tol_gap

@@ -63,7 +63,8 @@ import numpy as np
 from ....dynamics import linalg
 from ...linearize import _joint_torque
 from ....dynamics.newton_euler import _inverse_dynamics
-from ..ocp import _EULER, _TABLEAUS, OCP, _accel_factored, _stages, _step, _step_jacobians, solver_arm
+from ..ocp import (_EULER, _TABLEAUS, OCP, _accel_factored, _stages, _step, _step_jacobians, _step_second_derivatives,
+                   solver_arm)
 from .knots import _constraint_layout, _constraints, _knot_cost
 
 UZAWA_ITERATIONS = 60
@@ -120,15 +121,8 @@ def solution_vjp(problem: OCP, xs, us, lam, x_bar, u_bar, perturbed=None):
     # solver uses; differentiating the integrator step twice by autodiff compiles for minutes for a
     # 6-joint arm), then the states' sensitivities to the inputs
     Q = jax.vmap(jax.hessian(lambda z, k, lam_k: _knot_terms(problem, arm, z, k, lam_k)))(z, ks, lam)
-    h = _fd_step(dtype) * jnp.maximum(1.0, jnp.abs(z[:T]))  # (T, 3n)
-    eye = jnp.eye(3 * n, dtype=dtype)
-    shifted = z[:T, None, :] + jnp.stack([1.0, -1.0]).astype(dtype)[:, None, None, None] * (h[:, :, None] * eye)[None]  # (2, T, 3n, 3n)
-    flat = shifted.reshape(-1, 3 * n)
-    _, Ap, Bp = _step_jacobians(arm, flat[:, :nx], flat[:, nx:], problem.dt, problem.method, problem.input)
-    p_rep = jnp.broadcast_to(p_next[:T][None, :, None, :], (2, T, 3 * n, nx)).reshape(-1, nx)
-    grad_pF = jnp.concatenate([jnp.einsum("bij,bi->bj", Ap, p_rep), jnp.einsum("bij,bi->bj", Bp, p_rep)], axis=1)
-    grad_pF = grad_pF.reshape(2, T, 3 * n, 3 * n)
-    Q_dyn = (grad_pF[0] - grad_pF[1]) / (2.0 * h[:, :, None])  # row j: d(grad (p.F)) / dz_j
+    D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)  # (T, 3n, 2n, 3n)
+    Q_dyn = jnp.einsum("kjim,ki->kjm", D, p_next[:T])  # row j: d(grad (p.F)) / dz_j
     Q = Q.at[:T].add(Q_dyn)
     Q = 0.5 * (Q + jnp.swapaxes(Q, 1, 2))
 
