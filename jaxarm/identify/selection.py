@@ -10,10 +10,12 @@ is chosen here by how well a model fitted with it predicts torques it has not se
 1. The log is resampled to a uniform rate once; for every candidate cutoff it is filtered
    (zero-phase Butterworth, :func:`jaxarm.preprocess_log`) and differentiated.
 2. For every candidate Coulomb shape (exact ``sign(qd)``, or ``tanh(qd / s)`` for a few velocity
-   scales s, the smooth shape of real joints' friction near rest) the regressor of the linear
-   model (links and drives, :func:`jaxarm.regressor`) is computed. The cutoff is chosen for all
-   joints; the friction model per joint (each joint's friction only enters its own torque), by
-   that joint's validation error at the chosen cutoff.
+   scales s, the smooth shape of real joints' friction near rest) the linear model's regressor
+   (links and drives, :func:`jaxarm.regressor`, computed once per cutoff: the shapes differ only
+   in each joint's Coulomb columns) is scored with every joint taking that shape. The cutoff is
+   chosen for all joints; then the friction model per joint (each joint's friction only enters
+   its own torque, but the link parameters are shared) by coordinate descent over the joints at
+   the chosen cutoff, each joint's model by that joint's validation error, the others held.
    Every Coulomb shape is also tried with a Stribeck term (Armstrong-Helouvry, Dupont & Canudas
    de Wit 1994, eq. 2) for a few Stribeck velocities vs: friction falling from a static level at
    rest to the Coulomb level as the speed grows, ``(fc s + fo |s|)(1 - e) + S s e`` with
