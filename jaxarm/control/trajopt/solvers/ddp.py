@@ -144,7 +144,10 @@ def _box_qp(H, g, lo, hi, iterations: int = 10):
         Hf = jnp.where(free[:, None] & free[None, :], H, eye)
         return linalg.cholesky_factor(Hf)
 
-    def body(_, x):
+    tiny = 10.0 * jnp.finfo(H.dtype).eps
+
+    def body(c):
+        i, x, _ = c
         free, grad = free_set(x)
         L = factor(free)
         step = -linalg.cholesky_solve_factored(L, jnp.where(free, grad, 0.0))
@@ -152,9 +155,14 @@ def _box_qp(H, g, lo, hi, iterations: int = 10):
         fx = f(x)
         ok = jax.vmap(f)(trial) <= fx + 1e-4 * (trial - x[None]) @ grad
         j = jnp.argmax(ok)
-        return jnp.where(jnp.any(ok) & jnp.all(jnp.isfinite(step)), trial[j], x)
+        x_new = jnp.where(jnp.any(ok) & jnp.all(jnp.isfinite(step)), trial[j], x)
+        # a Newton step that no longer moves x: the free set is right and x its exact minimizer
+        # (an interior solution stops after two iterations instead of running all of them)
+        done = jnp.all(jnp.abs(x_new - x) <= tiny * (1.0 + jnp.abs(x)))
+        return i + 1, x_new, done
 
-    x = jax.lax.fori_loop(0, iterations, body, jnp.clip(jnp.zeros_like(g), lo, hi))
+    _, x, _ = jax.lax.while_loop(lambda c: (c[0] < iterations) & ~c[2], body,
+                                 (jnp.asarray(0), jnp.clip(jnp.zeros_like(g), lo, hi), jnp.asarray(False)))
     free, _ = free_set(x)
     return x, free, factor(free)
 
