@@ -38,7 +38,7 @@ def _cmd_identify_payload(args) -> int:
     note = None
     if args.cutoff is None:
         try:
-            choice = select_preprocessing(arm, raw)
+            choice = select_preprocessing(arm, raw, stribeck_velocities=(0.0,))  # only the cutoff is used here
         except (IdentificationError, ValueError) as exc:
             raise CommandError(f"cannot choose a filter cutoff from {os.path.basename(args.log)} ({_one_line(exc)}); give --cutoff HZ") from None
         cutoff = choice.cutoff
