@@ -157,13 +157,13 @@ def test_second_order_ddp_finds_the_same_optimum_and_converges_quadratically(rea
 def test_step_second_derivatives_are_the_hessian_of_the_costate_times_the_step():
     """p . d^2F from central differences of the analytic step Jacobians (the term DDP and the
     implicit gradients add) against jax.hessian of p . F through the very step, for RK3 and for
-    semi-implicit Euler, on an arm with a prismatic joint, drives and smooth Coulomb friction."""
+    semi-implicit Euler, on a two-joint arm with a prismatic joint, drives and smooth Coulomb friction."""
     import importlib
 
     from tests.helpers import random_arm
 
     ocp_module = importlib.import_module("jaxarm.control.trajopt.ocp")
-    arm = random_arm(5, "RRP", drives=True)
+    arm = random_arm(5, "RP", drives=True)
     arm = arm.replace(drives=dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05)))
     rng = np.random.default_rng(3)
     n, K, dt = arm.n, 3, 0.01
