@@ -69,13 +69,14 @@ def run_split(log: Path, split: str, at: float, folder: Path) -> dict:
     raw = jaxarm.load_log(log, jaxarm.load_arm("panda"))
     before, after = raw.split(at)
     held_raw = after if split == "last" else before
-    held = jaxarm.preprocess_log(held_raw, cutoff=cutoff, trim=0.0, filter_torque=False)
+    order = rep["preprocessing"]["order"]
+    held = jaxarm.preprocess_log(held_raw, cutoff=cutoff, order=order, trim=0.0, filter_torque=False)
     published = jaxarm.torque_rmse(held.tau, jaxarm.predict_torques(published_arm(), held.q, held.dq, held.ddq))
     ours = np.array(rep["rmse"]["heldout"])
     ratio = ours / published
     row = {
         "split": f"{split} 30 % held out", "command": "jaxarm " + " ".join(argv[:1] + ["LOG"] + argv[2:]),
-        "seconds": round(seconds, 1), "cutoff_hz": cutoff, "coulomb_velocity_scale": rep["coulomb_velocity_scale"], "friction_models": rep.get("friction_models"), "regularization": rep["regularization"]["weight"],
+        "seconds": round(seconds, 1), "cutoff_hz": cutoff, "filter_order": order, "coulomb_velocity_scale": rep["coulomb_velocity_scale"], "friction_models": rep.get("friction_models"), "regularization": rep["regularization"]["weight"],
         "heldout_rmse": np.round(ours, 4).tolist(), "published_rmse_same_evaluation": np.round(published, 4).tolist(),
         "ratio": np.round(ratio, 3).tolist(), "mean_ratio": round(float(np.mean(ratio)), 3),
         "every_joint_no_worse": bool(np.all(ratio <= 1.0)), "mean_ratio_at_most_0.8": bool(np.mean(ratio) <= 0.8),

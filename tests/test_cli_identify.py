@@ -87,7 +87,9 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     assert len(rep["friction_models"]) == 2
     assert rep["selection"]["candidates"] and sum(c["best_score"] for c in rep["selection"]["candidates"]) == 1
     log = load_log(setup["log"], fitted)
-    fit_log = preprocess_log(log.slice(None, 2.2), cutoff=cutoff)
+    order = rep["preprocessing"]["order"]
+    assert order in (2, 4) and all(c["order"] in (2, 4, None) for c in rep["selection"]["candidates"])
+    fit_log = preprocess_log(log.slice(None, 2.2), cutoff=cutoff, order=order)
     prior = with_friction_model(jaxarm.load_arm(setup["arm"]), scale, stribeck)
     # the regularization weight was chosen by validation (every candidate reported, the best kept)
     reg = rep["regularization"]
@@ -106,7 +108,7 @@ def test_identified_arm_file_reproduces_the_fitted_model(setup, capsys, tmp_path
     np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9 * np.abs(b).max())
     # the report's RMSE are those of the file's arm on the fit / held-out samples
     np.testing.assert_allclose(rep["rmse"]["fit"], torque_rmse(fit_log.tau, predict_torques(fitted, fit_log.q, fit_log.dq, fit_log.ddq)), rtol=1e-9)
-    held = preprocess_log(log.slice(2.2, None), cutoff=cutoff, trim=0.0, filter_torque=False)
+    held = preprocess_log(log.slice(2.2, None), cutoff=cutoff, order=order, trim=0.0, filter_torque=False)
     np.testing.assert_allclose(rep["rmse"]["heldout"], torque_rmse(held.tau, predict_torques(fitted, held.q, held.dq, held.ddq)), rtol=1e-9)
     # the fit improved on the prior, and reaches the noise level (0.01 N m) within a small factor
     prior_rmse = torque_rmse(held.tau, predict_torques(prior, held.q, held.dq, held.ddq))
@@ -132,7 +134,8 @@ def test_output_error_refinement_is_judged_on_the_held_out_part(setup, capsys, t
     assert "output-error refinement: held-out simulation error" in stdout
     assert oe["window_steps"] == 20 and 20 <= oe["windows"] <= 22  # 0.1 s windows over the 2.2 s fitted
     fitted = jaxarm.load_arm(out)
-    held = preprocess_log(load_log(setup["log"], fitted).slice(2.2, None), cutoff=rep["preprocessing"]["cutoff"], trim=0.0,
+    held = preprocess_log(load_log(setup["log"], fitted).slice(2.2, None), cutoff=rep["preprocessing"]["cutoff"],
+                          order=rep["preprocessing"]["order"], trim=0.0,
                           filter_torque=False)
     kept = sim["after"] if oe["kept"] else sim["before"]
     np.testing.assert_allclose(simulation_error(fitted, held), kept, rtol=1e-6)

@@ -237,7 +237,7 @@ def _cmd_identify(args) -> int:
             start = with_friction_model(arm, choice.coulomb_scales, choice.stribeck_velocities)
             notes.append(choice.reason())
     friction = args.friction or "viscous-coulomb"
-    preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto")
+    preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto", order=choice.order if choice is not None else 4)
 
     def preprocess(part, **extra):
         try:

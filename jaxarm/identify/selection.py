@@ -7,8 +7,8 @@ and the filter removes real motion (and its phase-free smoothing blurs the frict
 velocity reversals). Which cutoff is right depends on the arm, the trajectory and the sensors; it
 is chosen here by how well a model fitted with it predicts torques it has not seen:
 
-1. The log is resampled to a uniform rate once; for every candidate cutoff it is filtered
-   (zero-phase Butterworth, :func:`jaxarm.preprocess_log`) and differentiated.
+1. The log is resampled to a uniform rate once; for every candidate cutoff and filter order (2 or
+   4) it is filtered (zero-phase Butterworth, :func:`jaxarm.preprocess_log`) and differentiated.
 2. For every candidate Coulomb shape (exact ``sign(qd)``, or ``tanh(qd / s)`` for a few velocity
    scales s, the smooth shape of real joints' friction near rest) the linear model's regressor
    (links and drives, :func:`jaxarm.regressor`, computed once per cutoff: the shapes differ only
@@ -62,13 +62,14 @@ STRIBECK_VELOCITIES = (0.0, 0.02, 0.05, 0.15)  # rad/s (m/s): 0 = no Stribeck te
 class Candidate:
     """One preprocessing candidate and its cross-validated error: ``rmse`` (n,) validation RMSE
     per joint [N m] (all folds pooled), ``score`` the mean of rmse / RMS(tau) over joints;
-    ``stribeck_velocity`` 0 for none."""
+    ``stribeck_velocity`` 0 for none; ``order`` the filter's order."""
 
     cutoff: float | None
     coulomb_scale: float
     rmse: np.ndarray
     score: float
     stribeck_velocity: float = 0.0
+    order: int | None = None  # the Butterworth filter's order (None: no filter)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +129,8 @@ class PreprocessingChoice:
         """(n,) validation RMSE per joint with each joint's chosen friction model, at the chosen cutoff."""
         if self.mixed_rmse is not None:
             return np.asarray(self.mixed_rmse)
-        at = {(c.coulomb_scale, c.stribeck_velocity): c for c in self.candidates if c.cutoff == self.cutoff}
+        at = {(c.coulomb_scale, c.stribeck_velocity): c for c in self.candidates
+              if c.cutoff == self.cutoff and c.order == self.best.order}
         return np.array([at[(s, v)].rmse[j] for j, (s, v) in enumerate(zip(self.coulomb_scales, self.stribeck_velocities))])
 
     def table(self) -> list[dict]:
@@ -137,8 +139,10 @@ class PreprocessingChoice:
         rows = []
         for c in self.candidates:
             joints = [j + 1 for j, (s, v) in enumerate(zip(self.coulomb_scales, self.stribeck_velocities))
-                      if c.cutoff == self.cutoff and s == c.coulomb_scale and v == c.stribeck_velocity]
-            rows.append({"cutoff_hz": c.cutoff, "coulomb_scale": c.coulomb_scale, "stribeck_velocity": c.stribeck_velocity,
+                      if c.cutoff == self.cutoff and c.order == self.best.order and s == c.coulomb_scale
+                      and v == c.stribeck_velocity]
+            rows.append({"cutoff_hz": c.cutoff, "order": c.order, "coulomb_scale": c.coulomb_scale,
+                         "stribeck_velocity": c.stribeck_velocity,
                          "score": c.score,
                          "validation_rmse": [float(x) for x in c.rmse], "best_score": c is self.best,
                          "chosen_for_joints": joints})
@@ -256,15 +260,16 @@ def select_preprocessing(
     coulomb_scales=COULOMB_SCALES,
     stribeck_velocities=STRIBECK_VELOCITIES,
     folds: int = 5,
-    order: int = 4,
+    order=(2, 4),
     samples_per_second: float = 500.0,
     tolerance: float = 0.01,
 ) -> PreprocessingChoice:
     """Choose the low-pass cutoff and each joint's friction model (Coulomb shape, Stribeck term)
     for identifying ``arm`` from ``log`` (which needs ``tau``) by blocked cross-validation (module
     docstring). ``rate``: the uniform rate to resample to (default the log's median rate); cutoffs
-    at or above rate / 4 are skipped. ``stribeck_velocities``: include 0 (no Stribeck term); pass
-    ``(0.0,)`` for none.
+    at or above rate / 4 are skipped. ``order``: the zero-phase Butterworth filter's order, or
+    several to choose from with the cutoff (default 2 and 4: a gentler or a sharper roll-off).
+    ``stribeck_velocities``: include 0 (no Stribeck term); pass ``(0.0,)`` for none.
     ``samples_per_second``: the fits use every k-th sample, k = rate / samples_per_second (the
     filtered signals hold nothing above the cutoff, so this loses no information).
     """
@@ -272,6 +277,9 @@ def select_preprocessing(
         raise IdentificationError("select_preprocessing: log: expected a jaxarm Log with torques (tau1..taun)")
     if not isinstance(folds, int) or folds < 2:
         raise ValueError(f"select_preprocessing: folds: expected an integer >= 2, got {folds!r}")
+    orders = tuple(np.atleast_1d(order).tolist())
+    if not orders or any(not isinstance(o, int) or o < 1 for o in orders):
+        raise ValueError(f"select_preprocessing: order: expected a filter order >= 1 or several, got {order!r}")
     stribeck_velocities = tuple(float(v) for v in stribeck_velocities)
     coulomb_scales = tuple(float(c) for c in coulomb_scales)
     if 0.0 not in stribeck_velocities or any(not (np.isfinite(v) and v >= 0) for v in stribeck_velocities):
@@ -291,9 +299,9 @@ def select_preprocessing(
     scale_tau = np.sqrt(np.mean(measured.tau**2, axis=0))
     scale_tau = np.where(scale_tau > 0, scale_tau, 1.0)
     candidates = []
-    for cutoff in usable:
+    for cutoff, order in [(c, o) for c in usable if c is not None for o in orders] + [(None, None)]:
         try:
-            filtered = preprocess_log(log, rate=rate, cutoff=cutoff, order=order, trim=0.0)
+            filtered = preprocess_log(log, rate=rate, cutoff=cutoff, order=order or 4, trim=0.0)
         except LogError:
             continue  # too few samples for this filter
         if len(filtered) != N:  # a segment between gaps too short for this filter was left out
@@ -315,11 +323,11 @@ def select_preprocessing(
         problem = _CrossValidation(Y0, dq, (tau_f - known) / scale_tau, measured.tau[keep], known, scale_tau, keep, folds,
                                    memory * rate,  # samples of filter memory on either side of a validation block
                                    [(c, v) for v in stribeck_velocities for c in coulomb_scales])
-        problems[cutoff] = problem
+        problems[(cutoff, order)] = problem
         for vs in stribeck_velocities:
             for s in coulomb_scales:
                 rmse = problem.rmse([(s, vs)] * n)
-                candidates.append(Candidate(cutoff, float(s), rmse, float(np.mean(rmse / scale_tau)), float(vs)))
+                candidates.append(Candidate(cutoff, float(s), rmse, float(np.mean(rmse / scale_tau)), float(vs), order))
     if not candidates:
         raise IdentificationError(f"select_preprocessing: the log ({log.duration:.3g} s) is too short for {folds}-fold "
                                   f"cross-validation at any cutoff of {tuple(usable)} Hz")
@@ -330,7 +338,7 @@ def select_preprocessing(
     # joint in turn takes, with the other joints' models held, the simplest model whose validation
     # error on that joint is within ``tolerance`` of the lowest (no Stribeck term before one, sign
     # before tanh, then the order the candidates are listed in), until no joint changes.
-    problem = problems[best.cutoff]
+    problem = problems[(best.cutoff, best.order)]
     order_of = {(s, v): (v > 0, s > 0, i) for i, (v, s) in enumerate((v, s) for v in stribeck_velocities for s in coulomb_scales)}
     models = [(best.coulomb_scale, best.stribeck_velocity)] * n
     for _ in range(3):
@@ -350,7 +358,8 @@ def select_preprocessing(
     mixed = problem.rmse(models)
     scales = np.array([m[0] for m in models])
     stribeck = np.array([m[1] for m in models])
-    return PreprocessingChoice(best.cutoff, scales, order, rate, folds, tuple(candidates), stribeck, float(tolerance),
+    return PreprocessingChoice(best.cutoff, scales, best.order or orders[-1], rate, folds, tuple(candidates), stribeck,
+                               float(tolerance),
                                mixed, float(np.mean(mixed / scale_tau)))
 
 
