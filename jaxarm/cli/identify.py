@@ -237,7 +237,9 @@ def _cmd_identify(args) -> int:
             start = with_friction_model(arm, choice.coulomb_scales, choice.stribeck_velocities)
             notes.append(choice.reason())
     friction = args.friction or "viscous-coulomb"
-    preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto", order=choice.order if choice is not None else 4)
+    preprocessing = dict(rate=rate, cutoff=cutoff, velocity="auto")
+    if choice is not None:
+        preprocessing["order"] = choice.order  # chosen with the cutoff (else preprocess_log's default)
 
     def preprocess(part, **extra):
         try:

@@ -35,18 +35,18 @@ def _cmd_identify_payload(args) -> int:
     base_raw = read(args.baseline) if args.baseline else None
     no_filter = args.cutoff is not None and str(args.cutoff).strip().lower() == "none"
     cutoff = None if args.cutoff is None or no_filter else _positive(args.cutoff, "--cutoff", "a cutoff frequency [Hz] or 'none'")
-    note, order = None, 4
+    note, filtering = None, {}  # the filter's order: chosen with the cutoff, else preprocess_log's default
     if args.cutoff is None:
         try:
             choice = select_preprocessing(arm, raw, stribeck_velocities=(0.0,))  # only the cutoff is used here
         except (IdentificationError, ValueError) as exc:
             raise CommandError(f"cannot choose a filter cutoff from {os.path.basename(args.log)} ({_one_line(exc)}); give --cutoff HZ") from None
-        cutoff, order = choice.cutoff, choice.order
-        note = (f"cutoff {'none' if cutoff is None else f'{cutoff:g} Hz (order {order})'} chosen by blocked cross-validation "
+        cutoff, filtering = choice.cutoff, {"order": choice.order}
+        note = (f"cutoff {'none' if cutoff is None else f'{cutoff:g} Hz (order {choice.order})'} chosen by blocked cross-validation "
                 "of the arm's model on the log")
     try:
-        log = preprocess_log(raw, cutoff=cutoff, order=order)
-        base = preprocess_log(base_raw, cutoff=cutoff, order=order) if base_raw is not None else None
+        log = preprocess_log(raw, cutoff=cutoff, **filtering)
+        base = preprocess_log(base_raw, cutoff=cutoff, **filtering) if base_raw is not None else None
         result = identify_payload(arm, log, baseline=base)
     except (LogError, IdentificationError) as exc:
         raise CommandError(f"cannot identify the payload: {_one_line(exc)}") from None

@@ -167,12 +167,12 @@ class _CrossValidation:
         fixed = list(range(10 * n)) + [10 * n + 4 * j + k for j in range(n) for k in (0, 1)]
         self.X = np.ascontiguousarray(Y0[:, :, fixed])  # (K, n, p0)
         self.blocks = np.array_split(np.arange(K), folds)
-        # the samples each fold leaves out of its fit: its block and the filter's memory either side
-        outs = []
+        # all samples, then the samples each fold leaves out of its fit: its block and the filter's
+        # memory either side
+        masks = [np.ones(K, bool)]
         for b in self.blocks:
             lo, hi = keep[b[0]] - gap, keep[b[-1]] + gap
-            outs.append(np.flatnonzero((keep >= lo) & (keep <= hi)))
-        masks = [np.ones(K, bool)] + [np.isin(np.arange(K), o) for o in outs]  # all samples, then each fold's left-out ones
+            masks.append((keep >= lo) & (keep <= hi))
 
         def gram(rows):
             A = self.X[rows].reshape(-1, self.X.shape[-1])

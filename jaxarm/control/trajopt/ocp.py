@@ -222,12 +222,17 @@ def _step_jacobians(arm, xs, us, dt, method, input):
     return y, Ak, Bk
 
 
+def _fd_step(dtype):
+    """Relative step of the central differences: the cube root of the machine epsilon (truncation
+    and rounding errors balanced, about 1e-10 relative in float64)."""
+    return float(jnp.finfo(dtype).eps) ** (1.0 / 3.0)
+
 
 def _step_second_derivatives(arm, xs, us, dt, method, input):
     """d[A_k B_k] / dz_k (T, 3n, 2n, 3n) at every knot z_k = (x_k, u_k): entry [k, j] is the
     derivative of the step Jacobian [A_k B_k] (2n, 3n) along z_j, by central differences of the
-    analytic step Jacobians (:func:`_step_jacobians`) with the relative step eps^(1/3) (truncation
-    and rounding balanced, about 1e-10 relative in float64). Contracted with a costate p (2n,),
+    analytic step Jacobians (:func:`_step_jacobians`) with the relative step :func:`_fd_step`.
+    Contracted with a costate p (2n,),
     ``einsum("jim,i->jm", D_k, p)`` is the Hessian of p . F(z) at z_k (3n, 3n), the dynamics'
     second-order term of DDP and of the implicit gradients. Differentiating the integrator step
     twice by automatic differentiation gives the same numbers but compiles for minutes for a
@@ -237,7 +242,7 @@ def _step_second_derivatives(arm, xs, us, dt, method, input):
     T = xs.shape[0]
     dtype = xs.dtype
     z = jnp.concatenate([xs, us], axis=1)
-    h = float(jnp.finfo(dtype).eps) ** (1.0 / 3.0) * jnp.maximum(1.0, jnp.abs(z))  # (T, 3n)
+    h = _fd_step(dtype) * jnp.maximum(1.0, jnp.abs(z))  # (T, 3n)
     eye = jnp.eye(3 * n, dtype=dtype)
     shifted = z[None, :, None, :] + jnp.stack([1.0, -1.0]).astype(dtype)[:, None, None, None] * (h[:, :, None] * eye)[None]
     flat = shifted.reshape(-1, 3 * n)  # (2 T 3n, 3n)

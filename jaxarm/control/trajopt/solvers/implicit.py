@@ -63,17 +63,11 @@ import numpy as np
 from ....dynamics import linalg
 from ...linearize import _joint_torque
 from ....dynamics.newton_euler import _inverse_dynamics
-from ..ocp import (_EULER, _TABLEAUS, OCP, _accel_factored, _stages, _step, _step_jacobians, _step_second_derivatives,
-                   solver_arm)
+from ..ocp import (_EULER, _TABLEAUS, OCP, _accel_factored, _fd_step, _stages, _step, _step_jacobians,
+                   _step_second_derivatives, solver_arm)
 from .knots import _constraint_layout, _constraints, _knot_cost
 
 UZAWA_ITERATIONS = 60
-
-
-def _fd_step(dtype):
-    """Relative step of the central differences: the cube root of the machine epsilon (truncation
-    and rounding errors balanced, about 1e-10 relative in float64)."""
-    return float(jnp.finfo(dtype).eps) ** (1.0 / 3.0)
 
 
 def _knot_terms(problem, arm, z, k, lam_k):
