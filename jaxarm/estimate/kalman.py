@@ -1,29 +1,50 @@
 """Extended and unscented Kalman filters on the arm's discrete dynamics (NASA simulation report,
 appendix E: estimation beside identification and control; Simon 2006, Ch. 13-14).
 
-State x = (q, qd) (2n), optionally augmented with external joint torques e (n) and with chosen
-physical parameters theta (joint state-parameter estimation, e.g. a payload's mass), both
-following random walks. Between samples the state moves by one integrator step of :func:`jaxarm.rollout`
-under the applied joint torque u (plus e), and the torque is uncertain: u + w with w ~ N(0,
-diag(torque_std^2)), the dominant process noise of a real arm (unmodelled friction, torque ripple,
-model error), mapped into the state by the step's input Jacobian G. Measurements are joint
-positions (encoders; quantization of step D adds D^2 / 12 to the variance) and optionally joint
-velocities. One ``lax.scan`` per log; a batch of logs (a leading axis on ``u`` and ``z``) runs as
+State x = (q, qd) (2n), optionally augmented with external joint torques e (n), with the drives'
+torque errors d (n) (when joint torque sensors are measured) and with chosen physical parameters
+theta (joint state-parameter estimation, e.g. a payload's mass), all following random walks.
+Between samples the state moves by one integrator step of :func:`jaxarm.rollout` under the joint
+torque tau = tau_drive(u, qd) + d + e + w. The input u is what the log records: joint torques
+(``input="torque"``), motor currents (``"current"``: tau_drive = G Kt i) or motor voltages
+(``"voltage"``: tau_drive = G Kt (V - Kt G qd) / R, Swartz eq 12). The white torque noise w ~ N(0,
+diag(torque_std^2)) is the dominant process noise of a real arm (unmodelled friction, torque
+ripple, model error), mapped into the state by the step's Jacobian G = dx+/dw.
+
+Measurements, in the order ``measure`` names them (n values each):
+
+- ``"q"``: joint positions (encoders; quantization of step D adds D^2 / 12 to the variance);
+- ``"qd"``: joint velocities;
+- ``"tau"``: link-side joint torque sensors (as on the Franka Panda and the KUKA LWR: between the
+  drive and the link, after the drive's friction and rotor): the torque the drive passes to the
+  link, tau_J = tau_drive(u, qd) + d - tau_friction(qd) - G^2 Jm qdd, with qdd the acceleration of
+  the state under tau. The sensor sees the drive's error d but not the external torque e (which
+  acts on the link side) nor the link model's error w: with both d and e in the state, a torque
+  that shows in the motion but not in the sensor is told apart from one the drive produced;
+- ``"current"``: motor currents under voltage input, i = (V - Kt G qd) / R (Swartz eq 11): the
+  back-EMF makes them a measurement of the joint velocity.
+
+One ``lax.scan`` per log; a batch of logs (a leading axis on ``u`` and ``z``) runs as
 one ``vmap``-ed call. Offline, the Rauch-Tung-Striebel smoother (Rauch, Tung & Striebel 1965) runs
 a second scan backwards.
 
 Extended filter (``variant="extended"``): Jacobians F, G of the step by forward-mode autodiff,
 
     predict: x- = f(x, u), P- = F P F^T + G W G^T (+ e's random walk)
-    update:  K = P- H^T (H P- H^T + R)^-1, x = x- + K (z - H x-), P = (I - K H) P- (I - K H)^T + K R K^T
+    update:  K = P- H^T (H P- H^T + R)^-1, x = x- + K (z - h(x-)), P = (I - K H) P- (I - K H)^T + K R K^T
+
+with H = dh/dx at the prediction (the positions and velocities are linear, H a selection; the
+torque-sensor and current models are linearized by forward-mode autodiff).
 
 Unscented filter (``variant="unscented"``; Julier & Uhlmann 2004, Wan & van der Merwe 2000): the
 state and the torque noise, (x, w) ~ N((x, 0), diag(P, W)), are represented by the 2(d + n) points
 (x, 0) +- sqrt(d + n) L_i (L the Cholesky factor, the spherical set with no centre weight, all
-weights 1 / (2(d + n)), which keeps the covariance positive); each moves by one step under u + w,
-and the predicted mean and covariance are those of the moved points. No derivatives are taken, and
-the prediction is exact to second order in the spread (first order for the extended filter). The
-measurements are linear in the state, so both filters share the update above. The smoother uses
+weights 1 / (2(d + n)), which keeps the covariance positive); each moves by one step under the
+torque noise w of its point, and the predicted mean and covariance are those of the moved points.
+No derivatives are taken, and the prediction is exact to second order in the spread (first order
+for the extended filter). Measurements that are nonlinear in the state (torque sensors, currents)
+go through the same transform: the points of the prediction N(x-, P-) give the predicted
+measurement, its covariance S and the cross-covariance C, and K = C S^-1. The smoother uses
 the points' cross-covariance D = cov(x, x-) as the statistically linearized F = D^T P^-1
 (Saerkkae 2008).
 """
@@ -38,26 +59,82 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.xla import jit
+from ..dynamics import drives, motors
 from ..dynamics.forward import _forward_dynamics
 from ..model import checks
 from ..model.arm import Arm
 from ..simulate import integrators
 from ..simulate.batch import _ConstantArm
 
-MEASUREMENTS = (("q",), ("q", "qd"))
+SENSORS = ("q", "qd", "tau", "current")
+INPUTS = ("torque", "current", "voltage")
 
 
-def _transition(arm: Arm, x, u, dt, method, external: bool, parameters=None):
-    """x_{k+1} of x_k under the torque u held over the step: x = (q, qd[, e][, theta]); external
-    torques e are added to u, and ``parameters(arm, theta)`` gives the arm the step uses; e and
-    theta are carried over unchanged (random walks)."""
+def _drive_torque(arm: Arm, u, qd, input: str):
+    """The joint torque the drives produce from the logged input u at joint velocity qd."""
+    if input == "current":
+        dr = arm.drives
+        return jnp.asarray(dr.gear_ratio) * jnp.asarray(dr.torque_constant) * u
+    if input == "voltage":
+        return motors._motor_torque(arm, u, qd)  # Swartz eq 12, voltage clipped at voltage_limit
+    return u
+
+
+def _blocks(n: int, external: bool, actuator: bool):
+    """Start of e, start of d and start of theta in the state (q, qd[, e][, d][, theta])."""
+    e0 = 2 * n
+    d0 = e0 + (n if external else 0)
+    return e0, d0, d0 + (n if actuator else 0)
+
+
+def _split(arm: Arm, x, external: bool, actuator: bool, parameters):
+    """(q, qd, e, d, the arm the state's theta gives); e, d zero where not estimated."""
     n = arm.n
-    q, qd = x[:n], x[n:2 * n]
-    tau = u + x[2 * n:3 * n] if external else u
+    e0, d0, p0 = _blocks(n, external, actuator)
+    zero = jnp.zeros(n, x.dtype)
+    e = x[e0:e0 + n] if external else zero
+    d = x[d0:d0 + n] if actuator else zero
     if parameters is not None:
-        arm = parameters(arm, x[(3 if external else 2) * n:])
-    q1, qd1, _ = integrators.get_method(method)(lambda t, a, b: _forward_dynamics(arm, a, b, tau), 0.0, q, qd, dt)
+        arm = parameters(arm, x[p0:])
+    return x[:n], x[n:2 * n], e, d, arm
+
+
+def _transition(arm: Arm, x, u, dt, method, external: bool, parameters=None, *, input: str = "torque",
+                actuator: bool = False, w=None):
+    """x_{k+1} of x_k under the input u held over the step: x = (q, qd[, e][, d][, theta]); the joint
+    torque is the drives' torque from u plus the drive error d, the external torque e and the
+    torque noise w (the process noise, default zero); ``parameters(arm, theta)`` gives the arm the
+    step uses; e, d and theta are carried over unchanged (random walks)."""
+    n = arm.n
+    q, qd, e, d, arm = _split(arm, x, external, actuator, parameters)
+    extra = e + d + (0.0 if w is None else w)
+
+    def accel(t, a, b):
+        return _forward_dynamics(arm, a, b, _drive_torque(arm, u, b, input) + extra)
+
+    q1, qd1, _ = integrators.get_method(method)(accel, 0.0, q, qd, dt)
     return jnp.concatenate([q1, qd1, x[2 * n:]])
+
+
+def _measurement(arm: Arm, x, u, measure, input: str, external: bool, actuator: bool, parameters):
+    """h(x, u): the sensors ``measure`` of the state x under the input u held from this sample on
+    (module docstring)."""
+    q, qd, e, d, arm = _split(arm, x, external, actuator, parameters)
+    out = []
+    for name in measure:
+        if name == "q":
+            out.append(q)
+        elif name == "qd":
+            out.append(qd)
+        elif name == "tau":  # link side of the drive: its torque less its friction and rotor inertia
+            drive = _drive_torque(arm, u, qd, input) + d
+            qdd = _forward_dynamics(arm, q, qd, drive + e)
+            out.append(drive - drives._friction_torques(arm, qd) - drives._reflected_inertia(arm) * qdd)
+        else:  # "current" under voltage input (Swartz eq 11)
+            dr = arm.drives
+            G, Kt, R = (jnp.asarray(v) for v in (dr.gear_ratio, dr.torque_constant, dr.resistance))
+            out.append((motors._saturate(arm, u) - Kt * G * qd) / R)
+    return jnp.concatenate(out)
 
 
 @jax.tree_util.register_static
@@ -69,22 +146,38 @@ class _Config:
     parameters: object = None  # parameters(arm, theta) -> arm, or None
     smooth: bool = False
     variant: str = "extended"
+    input: str = "torque"
+
+    @property
+    def actuator(self) -> bool:  # the drives' torque errors d are states when torque sensors are read
+        return "tau" in self.measure
+
+    @property
+    def linear(self) -> bool:  # positions and velocities only: h(x) = H x
+        return all(name in ("q", "qd") for name in self.measure)
 
 
 VARIANTS = ("extended", "unscented")
 
 
-def _unscented_predict(f, x, P, u, torque_var):
-    """Mean and covariance of f(x, u + w) for x ~ N(x, P), w ~ N(0, diag(torque_var)) by the
+def _sigma_offsets(P):
+    """The 2d offsets +- sqrt(d) L_i of the spherical sigma-point set of N(0, P) (weights 1 / (2d))."""
+    d = P.shape[0]
+    dx = jnp.sqrt(jnp.asarray(d, P.dtype)) * jnp.linalg.cholesky(P).T
+    return jnp.concatenate([dx, -dx])
+
+
+def _unscented_predict(f, x, P, torque_var):
+    """Mean and covariance of f(x, w) for x ~ N(x, P), w ~ N(0, diag(torque_var)) by the
     unscented transform (module docstring), and the statistically linearized F = cov(x, x-)^T P^-1."""
-    d, n = x.shape[0], u.shape[0]
+    d, n = x.shape[0], torque_var.shape[0]
     D = d + n
     L = jnp.linalg.cholesky(P)
     scale = jnp.sqrt(jnp.asarray(D, x.dtype))
     dx = scale * jnp.concatenate([L.T, jnp.zeros((n, d), x.dtype)])  # rows: the offsets of the D directions
     dw = scale * jnp.concatenate([jnp.zeros((d, n), x.dtype), jnp.diag(jnp.sqrt(torque_var))])
     dx, dw = jnp.concatenate([dx, -dx]), jnp.concatenate([dw, -dw])  # 2D points, weights 1 / (2D)
-    Y = jax.vmap(lambda a, b: f(x + a, u + b))(dx, dw)
+    Y = jax.vmap(lambda a, b: f(x + a, b))(dx, dw)
     mean = jnp.mean(Y, axis=0)
     dY = Y - mean
     P_pred = dY.T @ dY / (2 * D)
@@ -96,38 +189,60 @@ def _unscented_predict(f, x, P, u, torque_var):
 def _filter_body(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
     """Forward pass (and, with cfg.smooth, the Rauch-Tung-Striebel backward pass)."""
     d = x0.shape[0]
-    m = z.shape[1]
-    H = jnp.eye(m, d, dtype=x0.dtype)  # measured: the first m state components (q, or q and qd)
-    k0 = d - walk_var.shape[0]  # e and theta: random walks of intensity walk_var
+    n = arm.n
+    k0 = d - walk_var.shape[0]  # e, d and theta: random walks of intensity walk_var
     Qe = jnp.zeros((d, d), x0.dtype).at[k0:, k0:].set(jnp.diag(walk_var * dt))
+    u_at = jnp.concatenate([u, u[-1:]])  # the input held from each sample on (the last: the last input)
 
-    def update(x, P, zk):
-        S = H @ P @ H.T + R
-        K = jnp.linalg.solve(S, H @ P).T  # P H^T S^-1 (S, P symmetric)
-        innovation = zk - H @ x
+    def h(x, uk):
+        return _measurement(arm, x, uk, cfg.measure, cfg.input, cfg.external, cfg.actuator, cfg.parameters)
+
+    def update(x, P, zk, uk):
+        if cfg.linear or cfg.variant == "extended":
+            if cfg.linear:  # a selection of q and qd
+                eye = jnp.eye(d, dtype=x.dtype)
+                H = jnp.concatenate([eye[:n] if name == "q" else eye[n:2 * n] for name in cfg.measure])
+                predicted = H @ x
+            else:
+                H = jax.jacfwd(h)(x, uk)
+                predicted = h(x, uk)
+            S = H @ P @ H.T + R
+            K = jnp.linalg.solve(S, H @ P).T  # P H^T S^-1 (S, P symmetric)
+            A = jnp.eye(d, dtype=x.dtype) - K @ H
+            P_new = A @ P @ A.T + K @ R @ K.T  # Joseph form
+        else:  # the unscented transform of the prediction through h
+            offsets = _sigma_offsets(P)
+            Z = jax.vmap(lambda a: h(x + a, uk))(offsets)
+            predicted = jnp.mean(Z, axis=0)
+            dZ = Z - predicted
+            S = dZ.T @ dZ / offsets.shape[0] + R
+            C = offsets.T @ dZ / offsets.shape[0]  # cov(x, z) (d, m)
+            K = jnp.linalg.solve(S, C.T).T
+            P_new = P - K @ S @ K.T
+        innovation = zk - predicted
         x = x + K @ innovation
-        A = jnp.eye(d, dtype=x.dtype) - K @ H
-        P = A @ P @ A.T + K @ R @ K.T
         nis = innovation @ jnp.linalg.solve(S, innovation)
-        return x, 0.5 * (P + P.T), nis
+        return x, 0.5 * (P_new + P_new.T), nis
 
-    x, P, nis0 = update(x0, P0, z[0])
+    x, P, nis0 = update(x0, P0, z[0], u_at[0])
 
     def step(carry, inputs):
         x, P = carry
-        uk, zk = inputs
-        f = lambda xx, uu: _transition(arm, xx, uu, dt, cfg.method, cfg.external, cfg.parameters)  # noqa: E731
+        uk, zk, uk_next = inputs
+        f = lambda xx, ww: _transition(arm, xx, uk, dt, cfg.method, cfg.external, cfg.parameters,  # noqa: E731
+                                       input=cfg.input, actuator=cfg.actuator, w=ww)
+        w0 = jnp.zeros(n, x.dtype)
         if cfg.variant == "unscented":
-            x_pred, P_pred, F = _unscented_predict(f, x, P, uk, torque_var)
+            x_pred, P_pred, F = _unscented_predict(f, x, P, torque_var)
             P_pred = P_pred + Qe
         else:
-            F, G = jax.jacfwd(f, argnums=(0, 1))(x, uk)
-            x_pred = f(x, uk)
+            F, G = jax.jacfwd(f, argnums=(0, 1))(x, w0)
+            x_pred = f(x, w0)
             P_pred = F @ P @ F.T + G @ jnp.diag(torque_var) @ G.T + Qe
-        x, P, nis = update(x_pred, P_pred, zk)
+        x, P, nis = update(x_pred, P_pred, zk, uk_next)
         return (x, P), (x, P, nis, x_pred, P_pred, F)
 
-    _, (xs, Ps, nis, x_preds, P_preds, Fs) = jax.lax.scan(step, (x, P), (u, z[1:]))
+    _, (xs, Ps, nis, x_preds, P_preds, Fs) = jax.lax.scan(step, (x, P), (u, z[1:], u_at[1:]))
     xs, Ps = jnp.concatenate([x[None], xs]), jnp.concatenate([P[None], Ps])
     nis = jnp.concatenate([nis0[None], nis])
     if not cfg.smooth:
@@ -166,8 +281,9 @@ def _filter_folded(u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config, *, c
 @dataclasses.dataclass(frozen=True)
 class KalmanEstimate:
     """Result of :func:`kalman_filter`: ``q``, ``qd`` (N, n) filtered states,
-    ``external`` (N, n) external joint torques (None unless estimated), ``covariance`` (N, d, d)
-    of the state ``(q, qd[, e][, theta])``, ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,)
+    ``external`` (N, n) external joint torques (None unless estimated), ``actuator`` (N, n) the
+    drives' torque errors d (None unless joint torque sensors are read), ``covariance`` (N, d, d)
+    of the state ``(q, qd[, e][, d][, theta])``, ``std`` (N, d) its square-rooted diagonal, ``nis`` (N,)
     normalized innovation squared of the forward pass (chi-square with as many degrees of freedom
     as measurements when the noise model is right), ``parameters`` (N, p) the estimated physical
     parameters theta (None unless estimated); ``smoothed``: the states are the RTS smoother's."""
@@ -181,6 +297,7 @@ class KalmanEstimate:
     parameters: np.ndarray | None = None
     smoothed: bool = False
     variant: str = "extended"
+    actuator: np.ndarray | None = None
 
 
 def extended_kalman_filter(arm: Arm, u, z, **options) -> KalmanEstimate:
@@ -206,6 +323,10 @@ def kalman_filter(
     velocity_std=None,
     quantization=0.0,
     measure=("q",),
+    input: str = "torque",
+    torque_sensor_std=None,
+    current_std=None,
+    actuator_std=None,
     external_std=None,
     initial_std=None,
     method: str = "rk3",
@@ -217,9 +338,14 @@ def kalman_filter(
     variant: str = "extended",
     dtype=None,
 ) -> KalmanEstimate:
-    """Filter the states of ``arm`` (module docstring) from applied joint torques ``u`` (N - 1, n),
-    held over each step of ``dt`` seconds, and measurements ``z`` (N, m) at the N sample times:
-    positions (``measure=("q",)``, m = n) or positions and velocities (``("q", "qd")``, m = 2n).
+    """Filter the states of ``arm`` (module docstring) from the logged inputs ``u`` (N - 1, n),
+    held over each step of ``dt`` seconds, and measurements ``z`` (N, m) at the N sample times, n
+    columns per sensor in the order of ``measure``: any of "q" (encoders), "qd" (velocities),
+    "tau" (link-side joint torque sensors), "current" (motor currents, voltage input), "q" first
+    (e.g. ``("q",)``, m = n; ``("q", "tau")``, m = 2n).
+    input: what ``u`` is: "torque" (joint torques [N m]), "current" (motor currents [A], joint
+    torque G Kt i) or "voltage" (motor voltages [V], Swartz eq 12); the last two need the arm's
+    motor constants.
     A batch of B logs of the same length: ``u`` (B, N - 1, n), ``z`` (B, N, m) and ``q0``, ``qd0``
     (n,) or (B, n); they are filtered in one ``vmap``-ed call.
 
@@ -228,11 +354,14 @@ def kalman_filter(
     ``jnp.float32`` runs it in single precision.
 
     torque_std (scalar or (n,)): the standard deviation of the torque the arm feels around ``u``
-    [N m]; position_std, velocity_std: sensor noise [rad, rad/s]; quantization: the encoders' step
-    [rad] (adds step^2 / 12). external_std (scalar or (n,), N m / sqrt(s)): estimate external joint
+    [N m] (for every input kind: the link model's error); position_std, velocity_std,
+    torque_sensor_std [N m], current_std [A]: sensor noise; quantization: the encoders' step
+    [rad] (adds step^2 / 12). With "tau" measured, the drives' torque errors d are estimated as a
+    random walk of intensity ``actuator_std`` (scalar or (n,), N m / sqrt(s); default 1), the
+    sensors' view of the drive (``KalmanEstimate.actuator``), apart from the external torques e. external_std (scalar or (n,), N m / sqrt(s)): estimate external joint
     torques as a random walk of this intensity. q0, qd0 (default 0): the starting estimate, with
-    standard deviations ``initial_std`` (2n or 3n,) (default: 10 x position_std for q, 1 rad/s for
-    qd, 10 x torque_std for e).
+    standard deviations ``initial_std`` (2n, plus n for e and n for d where estimated) (default:
+    10 x position_std for q, 1 rad/s for qd, 10 x torque_std for e and d).
     Joint state-parameter estimation (online identification): ``parameters(arm, theta) -> arm``, a
     traceable function giving the arm for a parameter vector theta (p,) (e.g. ``lambda arm, th:
     arm.replace(payload=jaxarm.Payload(th[0], com, inertia))`` for a payload's mass), starting at
@@ -246,9 +375,18 @@ def kalman_filter(
     if variant not in VARIANTS:
         raise ValueError(f"{func}: variant: expected one of {VARIANTS}, got {variant!r}")
     checks.check_arm(arm, func)
-    measure = tuple(measure)
-    if measure not in MEASUREMENTS:
-        raise ValueError(f"{func}: measure: expected one of {MEASUREMENTS}, got {measure!r}")
+    measure = (measure,) if isinstance(measure, str) else tuple(measure)
+    if not measure or any(name not in SENSORS for name in measure) or len(set(measure)) != len(measure) \
+            or "q" not in measure:
+        raise ValueError(f"{func}: measure: expected distinct sensor names from {SENSORS}, the encoders 'q' among "
+                         f"them (e.g. ('q',) or ('q', 'tau')), got {measure!r}")
+    if input not in INPUTS:
+        raise ValueError(f"{func}: input: expected one of {INPUTS} (what u is), got {input!r}")
+    if "current" in measure and input != "voltage":
+        raise ValueError(f"{func}: measure: motor currents are a measurement under voltage input (input='voltage'); "
+                         f"with input={input!r} they are {'the input itself' if input == 'current' else 'not modelled'}")
+    if input != "torque" or "current" in measure:
+        motors._require_motor_model(arm, func)
     n = arm.n
     u = np.asarray(u, dtype=float)
     z = np.asarray(z, dtype=float)
@@ -266,8 +404,10 @@ def kalman_filter(
             raise ValueError(f"{func}: {name}: expected finite values")
     if not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"{func}: dt: expected a positive time step, got {dt!r}")
-    if "qd" in measure and velocity_std is None:
-        raise ValueError(f"{func}: velocity_std: required when velocities are measured")
+    for name, std, what in (("qd", velocity_std, "velocity_std"), ("tau", torque_sensor_std, "torque_sensor_std"),
+                            ("current", current_std, "current_std")):
+        if name in measure and std is None:
+            raise ValueError(f"{func}: {what}: required when {name!r} is measured")
 
     def positive(value, name, size):
         v = np.broadcast_to(np.asarray(value, dtype=float), (size,)).copy()
@@ -277,9 +417,19 @@ def kalman_filter(
 
     torque_var = positive(torque_std, "torque_std", n) ** 2
     pos_var = positive(position_std, "position_std", n) ** 2 + float(quantization) ** 2 / 12.0
-    R = np.diag(np.concatenate([pos_var] + ([positive(velocity_std, "velocity_std", n) ** 2] if "qd" in measure else [])))
+    sensor_var = {"q": pos_var}
+    for name, std, what in (("qd", velocity_std, "velocity_std"), ("tau", torque_sensor_std, "torque_sensor_std"),
+                            ("current", current_std, "current_std")):
+        if name in measure:
+            sensor_var[name] = positive(std, what, n) ** 2
+    R = np.diag(np.concatenate([sensor_var[name] for name in measure]))
     external = external_std is not None
     ext_var = positive(external_std, "external_std", n) ** 2 if external else np.zeros(0)
+    actuator = "tau" in measure
+    if actuator_std is not None and not actuator:
+        raise ValueError(f"{func}: actuator_std: the drives' torque errors are estimated only where joint torque "
+                         f"sensors are read (measure with 'tau')")
+    act_var = positive(1.0 if actuator_std is None else actuator_std, "actuator_std", n) ** 2 if actuator else np.zeros(0)
     p = 0
     if parameters is not None:
         if not callable(parameters) or theta0 is None or theta_std is None:
@@ -306,17 +456,17 @@ def kalman_filter(
 
     q0 = start(q0, "q0")
     qd0 = start(np.zeros(n) if qd0 is None else qd0, "qd0")
-    k = (3 if external else 2) * n
-    x0 = np.concatenate([q0, qd0] + ([np.zeros(lead + (n,))] if external else [])
+    k = (2 + external + actuator) * n
+    x0 = np.concatenate([q0, qd0] + [np.zeros(lead + (n,))] * (external + actuator)
                         + ([np.broadcast_to(theta0, lead + (p,))] if p else []), axis=-1)
     if initial_std is None:
-        std0 = np.concatenate([10 * np.sqrt(pos_var), np.ones(n)] + ([10 * np.sqrt(torque_var)] if external else []))
+        std0 = np.concatenate([10 * np.sqrt(pos_var), np.ones(n)] + [10 * np.sqrt(torque_var)] * (external + actuator))
     else:
         std0 = positive(initial_std, "initial_std", k)
     if p:
         std0 = np.concatenate([std0, theta_std])
     cfg = _Config(method=str(method), external=external, measure=measure, parameters=parameters, smooth=bool(smooth),
-                  variant=variant)
+                  variant=variant, input=input)
     integrators.get_method(method)
     dtype = jnp.zeros(0).dtype if dtype is None else jnp.dtype(dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
@@ -326,7 +476,7 @@ def kalman_filter(
         return jnp.asarray(a, dtype)
 
     data = (cast(u), cast(z), cast(x0), cast(np.diag(std0**2)), cast(float(dt)), cast(torque_var),
-            cast(np.concatenate([ext_var, walk])), cast(R))
+            cast(np.concatenate([ext_var, act_var, walk])), cast(R))
     if checks.concrete(arm):  # compiled in (folded), once per arm value
         arm_np = jax.tree_util.tree_map(
             lambda a: np.asarray(a, dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else np.asarray(a), arm)
@@ -338,6 +488,8 @@ def kalman_filter(
             run = jax.vmap(_filter, in_axes=(None, 0, 0, 0) + (None,) * 6)
         xs, Ps, nis = run(arm_d, *data, cfg)
     xs, Ps = np.asarray(xs), np.asarray(Ps)
-    return KalmanEstimate(q=xs[..., :n], qd=xs[..., n:2 * n], external=xs[..., 2 * n:3 * n] if external else None,
+    e0, d0, _ = _blocks(n, external, actuator)
+    return KalmanEstimate(q=xs[..., :n], qd=xs[..., n:2 * n], external=xs[..., e0:e0 + n] if external else None,
                           covariance=Ps, std=np.sqrt(np.einsum("...kii->...ki", Ps)), nis=np.asarray(nis),
-                          parameters=xs[..., k:] if p else None, smoothed=bool(smooth), variant=variant)
+                          parameters=xs[..., k:] if p else None, smoothed=bool(smooth), variant=variant,
+                          actuator=xs[..., d0:d0 + n] if actuator else None)

@@ -1,0 +1,152 @@
+"""The Kalman filters' input and sensor models beyond encoders (jaxarm.estimate.kalman): motor-current
+and motor-voltage inputs, link-side joint torque sensors (which see the drive's torque error but
+not an external torque, so that the two are told apart) and motor-current sensors under voltage
+input (whose back-EMF measures the joint velocity). The logs are simulated with the physics written
+out here, independently of the filter's measurement function."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import random_arm
+from scipy import stats
+
+import jaxarm
+from jaxarm.dynamics.drives import friction_torques, reflected_inertia
+
+DT = 2e-3
+STEPS = 400
+TORQUE_STD = 0.2
+POSITION_STD = 2e-4
+
+
+@pytest.fixture(scope="module")
+def arm():
+    arm = random_arm(2, "RRR", drives=True)
+    return arm.replace(drives=dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05)))
+
+
+def _simulate(arm, joint_torque, seed, extra=None):
+    """States (STEPS + 1, 2n) under joint_torque(k, qd) + w_k + extra_k (w ~ N(0, TORQUE_STD^2)), and
+    each step's accelerations at its start (STEPS, n) with the applied torques (STEPS, n)."""
+    rng = np.random.default_rng(seed)
+    n = arm.n
+    w = TORQUE_STD * rng.normal(size=(STEPS, n))
+    extra = np.zeros((STEPS, n)) if extra is None else extra
+    step = jax.jit(lambda q, qd, tau: jaxarm.rollout(arm, q, qd, tau[None], DT, saturate=False))
+    accel = jax.jit(lambda q, qd, tau: jaxarm.forward_dynamics(arm, q, qd, tau))
+    q, qd = np.zeros(n), np.zeros(n)
+    xs, qdd, taus = [np.zeros(2 * n)], [], []
+    for k in range(STEPS):
+        tau = joint_torque(k, qd) + w[k] + extra[k]
+        qdd.append(np.asarray(accel(q, qd, tau)))
+        taus.append(tau)
+        r = step(jnp.asarray(q), jnp.asarray(qd), jnp.asarray(tau))
+        q, qd = np.asarray(r.q[-1]), np.asarray(r.qd[-1])
+        xs.append(np.concatenate([q, qd]))
+    return np.array(xs), np.array(qdd), np.array(taus), rng
+
+
+def _inputs(arm):
+    n = arm.n
+    t = np.arange(STEPS) * DT
+    gravity = np.asarray(jaxarm.inverse_dynamics(arm, np.zeros(n), np.zeros(n), np.zeros(n)))
+    return gravity + 0.2 * np.abs(gravity).max() * np.stack([np.sin(2 * np.pi * (0.8 + 0.4 * j) * t) for j in range(n)], axis=1)
+
+
+def test_current_input_is_the_torque_input_through_the_torque_constant(arm):
+    tau = _inputs(arm)
+    xs, _, _, rng = _simulate(arm, lambda k, qd: tau[k], 0)
+    z = xs[:, :arm.n] + POSITION_STD * rng.normal(size=(STEPS + 1, arm.n))
+    gain = np.asarray(arm.drives.gear_ratio) * np.asarray(arm.drives.torque_constant)
+    options = dict(dt=DT, q0=z[0], torque_std=TORQUE_STD, position_std=POSITION_STD)
+    by_torque = jaxarm.extended_kalman_filter(arm, tau, z, **options)
+    by_current = jaxarm.extended_kalman_filter(arm, tau / gain, z, input="current", **options)
+    np.testing.assert_allclose(by_current.q, by_torque.q, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(by_current.covariance, by_torque.covariance, rtol=1e-9, atol=1e-20)
+
+
+@pytest.mark.parametrize("variant", ["extended", "unscented"])
+def test_torque_sensors_tell_a_drive_error_from_an_external_torque(arm, variant):
+    """A constant drive error on joints 1 and 3 from the start and an external torque on joint 2
+    from step 150: with link-side torque sensors the filter attributes each to its source; with
+    encoders alone the 'external' estimate is their sum."""
+    n = arm.n
+    u = _inputs(arm)
+    drive_error = np.array([0.8, 0.0, -0.5])
+    external = np.zeros((STEPS, n))
+    external[150:, 1] = 1.2
+    xs, qdd, taus, rng = _simulate(arm, lambda k, qd: u[k] + drive_error, 3, extra=external)
+    # the sensor between drive and link: the drive's torque less its friction and rotor inertia
+    fric = np.array([np.asarray(friction_torques(arm, x[n:])) for x in xs[:-1]])
+    sensed = u + drive_error - fric - np.asarray(reflected_inertia(arm)) * qdd
+    sensed = np.concatenate([sensed, sensed[-1:]])  # the last sample: the last step's
+    z = np.concatenate([xs[:, :n] + POSITION_STD * rng.normal(size=(STEPS + 1, n)),
+                        sensed + 0.05 * rng.normal(size=(STEPS + 1, n))], axis=1)
+    est = jaxarm.kalman_filter(arm, u, z, dt=DT, q0=z[0, :n], torque_std=TORQUE_STD, position_std=POSITION_STD,
+                               measure=("q", "tau"), torque_sensor_std=0.05, external_std=5.0, actuator_std=1.0,
+                               variant=variant)
+    assert est.actuator.shape == (STEPS + 1, n) and est.std.shape == (STEPS + 1, 4 * n)
+    tail = slice(-100, None)
+    np.testing.assert_allclose(est.actuator[tail].mean(axis=0), drive_error, atol=0.1)
+    np.testing.assert_allclose(est.external[tail].mean(axis=0), external[-1], atol=0.2)
+    assert np.all(np.abs(est.external[60:140].mean(axis=0)) < 0.2)  # no external torque before it acts
+    assert np.all(np.isfinite(est.nis)) and 0.7 < np.mean(est.nis[50:]) / (2 * n) < 1.3
+    encoders = jaxarm.kalman_filter(arm, u, z[:, :n], dt=DT, q0=z[0, :n], torque_std=TORQUE_STD,
+                                    position_std=POSITION_STD, external_std=5.0, variant=variant)
+    np.testing.assert_allclose(encoders.external[tail].mean(axis=0), drive_error + external[-1], atol=0.2)
+    assert encoders.actuator is None
+
+
+def test_motor_currents_measure_the_velocity_under_voltage_input(arm):
+    """Voltage input (Swartz eq 12) with current sensors (eq 11): the back-EMF makes the velocity
+    estimate better than from the encoders alone, and the errors stay consistent with the
+    covariance (NEES within its chi-square bounds over Monte Carlo runs)."""
+    n = arm.n
+    dr = arm.drives
+    G, Kt, R = (np.asarray(v) for v in (dr.gear_ratio, dr.torque_constant, dr.resistance))
+    V = np.asarray(jaxarm.motor_voltage(arm, np.zeros(n), np.zeros(n)))[None] + R / (G * Kt) * _inputs(arm)
+    current_std = 1e-3  # A: a 12-bit converter over +-2 A has a 1 mA step
+    runs, nees, err_i, err_q = 6, [], [], []
+    for seed in range(runs):
+        xs, _, _, rng = _simulate(arm, lambda k, qd: np.asarray(jaxarm.motor_torque(arm, V[k], qd)), 10 + seed)
+        qd_at = np.concatenate([xs[:-1, n:], xs[-1:, n:]])
+        V_at = np.concatenate([V, V[-1:]])
+        i = (V_at - Kt * G * qd_at) / R + current_std * rng.normal(size=(STEPS + 1, n))
+        q = xs[:, :n] + POSITION_STD * rng.normal(size=(STEPS + 1, n))
+        options = dict(dt=DT, q0=q[0], torque_std=TORQUE_STD, position_std=POSITION_STD, input="voltage",
+                       initial_std=np.r_[np.full(n, 3 * POSITION_STD), np.full(n, 0.05)])
+        both = jaxarm.extended_kalman_filter(arm, V, np.concatenate([q, i], axis=1), measure=("q", "current"),
+                                             current_std=current_std, **options)
+        alone = jaxarm.extended_kalman_filter(arm, V, q, **options)
+        e = xs - np.concatenate([both.q, both.qd], axis=1)
+        nees.append(np.einsum("ki,kij,kj->k", e, np.linalg.inv(both.covariance), e))
+        err_i.append(np.sqrt(np.mean((both.qd[50:] - xs[50:, n:]) ** 2)))
+        err_q.append(np.sqrt(np.mean((alone.qd[50:] - xs[50:, n:]) ** 2)))
+    mean_nees = np.mean(nees, axis=0)[20:]
+    lo, hi = stats.chi2.ppf([0.005, 0.995], runs * 2 * n) / runs
+    assert np.mean((mean_nees > lo) & (mean_nees < hi)) > 0.85, mean_nees.mean()
+    assert np.mean(err_i) < 0.8 * np.mean(err_q), (np.mean(err_i), np.mean(err_q))
+
+
+def test_sensor_options_are_checked(arm):
+    n = arm.n
+    u, z = np.zeros((9, n)), np.zeros((10, 2 * n))
+    base = dict(dt=DT, q0=np.zeros(n))
+    with pytest.raises(ValueError, match="torque_sensor_std: required"):
+        jaxarm.kalman_filter(arm, u, z, measure=("q", "tau"), **base)
+    with pytest.raises(ValueError, match="motor currents are a measurement under voltage input"):
+        jaxarm.kalman_filter(arm, u, z, measure=("q", "current"), current_std=0.1, **base)
+    with pytest.raises(ValueError, match="encoders 'q' among"):
+        jaxarm.kalman_filter(arm, u, z[:, :n], measure=("tau",), torque_sensor_std=0.1, **base)
+    with pytest.raises(ValueError, match="input: expected one of"):
+        jaxarm.kalman_filter(arm, u, z[:, :n], input="pwm", **base)
+    with pytest.raises(ValueError, match="actuator_std: the drives' torque errors"):
+        jaxarm.kalman_filter(arm, u, z[:, :n], actuator_std=1.0, **base)
+    no_motor = jaxarm.load_arm("two_link_planar")
+    with pytest.raises(ValueError, match="torque_constant and resistance must be > 0"):
+        jaxarm.kalman_filter(no_motor, np.zeros((9, 2)), np.zeros((10, 2)), input="current", dt=DT, q0=np.zeros(2))
