@@ -322,8 +322,10 @@ def ocp(
     cost_terms = list(_terms.as_terms(costs, "costs"))
     con_terms = list(_terms.as_terms(constraints, "constraints"))
     for t in cost_terms:
-        if t.kind not in ("residual", "scalar"):
+        if t.kind not in ("residual", "scalar", "rate"):
             raise ValueError(f"{func}: costs: term {t.name!r} is a constraint ({t.kind}); pass it in constraints=")
+    if sum(t.kind == "rate" for t in cost_terms) > 1:
+        raise ValueError(f"{func}: costs: more than one input_rate term; give one (its weight may be per joint)")
     for t in con_terms:
         if t.kind not in ("inequality", "equality"):
             raise ValueError(f"{func}: constraints: term {t.name!r} is a cost; pass it in costs=")
@@ -424,6 +426,12 @@ def _check_shapes(problem: OCP, func: str) -> None:
             w = t.values(problem.params).get("weight")
             if w is not None and jnp.ndim(w) != 0:
                 raise ValueError(f"{func}: term {t.name!r}: weight: expected a scalar, got shape {jnp.shape(w)}")
+            if t.kind == "rate":
+                for field in ("w", "previous"):
+                    v = t.values(problem.params).get(field)
+                    if v is not None and jnp.shape(v) not in ((), (n,)):
+                        raise ValueError(f"{func}: term {t.name!r}: {field}: expected a number or shape ({n},) "
+                                         f"(one per joint), got shape {jnp.shape(v)}")
 
 
 def solver_arm(problem: OCP) -> Arm:

@@ -8,7 +8,8 @@ applies. Costs come in two kinds:
   Gauss-Newton, 2 w J^T J, from one forward-mode Jacobian of r (no second derivatives, which is
   most of what keeps compiles short);
 - scalar terms (:func:`custom`, or the plain ``running``/``terminal`` functions of
-  :func:`jaxarm.trajopt.ocp`), quadratized exactly by ``jax.hessian``.
+  :func:`jaxarm.trajopt.ocp`), quadratized exactly by ``jax.hessian``;
+- the input rate (:func:`input_rate`), a least-squares term on consecutive inputs.
 
 Constraints are c(x, u) <= 0 (``inequality``) or c(x, u) = 0 (``equality``), vector-valued, handled
 by the augmented Lagrangian of the solver (the input box is not a term: it is handled inside the
@@ -43,7 +44,7 @@ from ...core import spatial
 from ...dynamics.kinematics import _bodies, _tool_pose, body_poses
 
 WHEN = ("path", "end", "all")
-KINDS = ("residual", "scalar", "inequality", "equality")
+KINDS = ("residual", "scalar", "rate", "inequality", "equality")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -191,6 +192,8 @@ def schedule(term: Term, T: int, dt: float, where: str) -> np.ndarray:
         s[0] = 0.0  # the start state is given
     if term.uses_input:
         s[T] = 0.0  # no input at the final knot
+    if term.kind == "rate" and "previous" not in term.data and not any(f == "previous" for f, _ in term.refs):
+        s[0] = 0.0  # no input before the first to compare with
     return s
 
 
@@ -247,6 +250,21 @@ def effort(weight=1.0, *, when="path"):
     def fn(arm, x, u, k, d, p):
         return jnp.sqrt(d["w"]) * u
     return _make("effort", "residual", fn, when, True, w=weight, weight=1.0)
+
+
+def input_rate(weight=1.0, *, previous=None):
+    """sum_k w |u_k - u_{k-1}|^2 / dt over k = 1..T-1 (smoothness: the time integral of w |du/dt|^2
+    by finite differences), and over k = 0 as well with ``previous`` (n,), the input applied just
+    before the horizon (in receding-horizon control: the one applied last, e.g. a ``params``
+    entry). w: scalar or (n,) (e.g. 1 / u_max^2 for a rate in units of the limits).
+
+    The term couples consecutive inputs, which no function of one knot can express: the solver
+    carries the previous input as part of its state (:func:`jaxarm.trajopt.ddp`), and a problem
+    holds at most one such term."""
+    def fn(arm, x, u, k, d, p):  # the shape of the residual at one knot (the coupling is the solver's)
+        return jnp.sqrt(d["w"]) * u
+    fields = dict(w=weight, weight=1.0) if previous is None else dict(w=weight, weight=1.0, previous=previous)
+    return _make("input_rate", "rate", fn, "path", True, **fields)
 
 
 def joint_position(target, weight=1.0, *, when="end"):

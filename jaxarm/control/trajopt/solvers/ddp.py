@@ -43,8 +43,8 @@ from ....dynamics import linalg
 from ....simulate.batch import _strong
 from ..ocp import OCP, _finite, _step, _step_jacobians, _step_second_derivatives, solver_arm
 from .implicit import solution_vjp
-from .knots import (_constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value,
-                    _violation)
+from .knots import (_constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
+                    _rate_parts, _rate_term, _violation)
 
 # Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
 CONVERGED, ITERATION_LIMIT, NO_PROGRESS, INFEASIBLE, NOT_FINITE = 0, 1, 2, 3, 4
@@ -280,7 +280,7 @@ def ddp(
     eq = jnp.asarray(eq_np)
     ks = jnp.arange(T + 1)
     xu = jnp.concatenate([xs, jnp.concatenate([us, jnp.zeros((1, n), dtype)])], axis=1)
-    cost = jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, ks))
+    cost = jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, ks)) + _rate_cost(problem, us)
     cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
     viol = jnp.max(_violation(cv, active, eq), initial=0.0)
     finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
@@ -331,13 +331,17 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
     upper = jnp.asarray(problem.upper, dtype)
     step = lambda x, u: _step(arm, x, u, problem.dt, problem.method, problem.input)  # noqa: E731
     ks = jnp.arange(T + 1)
+    # an input-rate term couples consecutive inputs: the solver's state is then (x, u_{k-1}) (3n),
+    # with u_{k-1} moved on by the dynamics (u_prev+ = u) and the rate a least-squares cost of the knot
+    rate = _rate_term(problem) is not None
 
     def pad(us):
         return jnp.concatenate([us, jnp.zeros((1, n), dtype)])
 
     def objective(xs, us, lam, mu):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
-        return jnp.sum(jax.vmap(lambda xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu))(xu, ks, lam))
+        knots = jnp.sum(jax.vmap(lambda xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu))(xu, ks, lam))
+        return knots + _rate_cost(problem, us)
 
     def constraint_values(xs, us):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
@@ -346,19 +350,40 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
     def dynamics(xs, us):
         y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
         gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
+        if rate:  # (x, u_prev)+ = (F(x, u), u): no gap in u_prev, which is always the previous input
+            A = jnp.zeros((T, 3 * n, 3 * n), dtype).at[:, : 2 * n, : 2 * n].set(A)
+            B = jnp.concatenate([B, jnp.broadcast_to(jnp.eye(n, dtype=dtype), (T, n, n))], axis=1)
+            gaps = jnp.concatenate([gaps, jnp.zeros((T + 1, n), dtype)], axis=1)
         return gaps, A, B
 
-    def backward(xs, us, A, B, gaps, g, H, reg, D, exact):
+    def with_rate(g, H, us):
+        """The knots' gradients and Hessians in (x, u_prev, u) with the input rate's c |u - u_prev|^2."""
+        c, prev = _rate_parts(problem, us)
+        c2, r = 2.0 * pad(c), pad(us - prev)
+        C = c2[:, :, None] * jnp.eye(n, dtype=dtype)
         nx = 2 * n
+        g = jnp.concatenate([g[:, :nx], -c2 * r, g[:, nx:] + c2 * r], axis=1)
+        zero = jnp.zeros((T + 1, nx, n), dtype)
+        H = jnp.concatenate([
+            jnp.concatenate([H[:, :nx, :nx], zero, H[:, :nx, nx:]], axis=2),
+            jnp.concatenate([jnp.swapaxes(zero, 1, 2), C, -C], axis=2),
+            jnp.concatenate([H[:, nx:, :nx], -C, H[:, nx:, nx:] + C], axis=2)], axis=1)
+        return g, H
+
+    # where (x, u) sits in the solver's knot vector (x[, u_prev], u): the dynamics' second derivatives
+    xu_index = np.r_[np.arange(2 * n), np.arange(3 * n, 4 * n)] if rate else np.arange(3 * n)
+
+    def backward(xs, us, A, B, gaps, g, H, reg, D, exact):
+        nx = A.shape[-1]
         VxT, VxxT = g[T, :nx], H[T, :nx, :nx]
 
         def stage(carry, d):
             Vx, Vxx, ok = carry
             x, u, A, B, f_next, g, H, D = d
             Vx_next = Vx + Vxx @ f_next  # the gap-corrected value gradient (FDDP)
-            if exact:  # + V'_x . F_zz (D: d[A B]/dz_j, row j)
-                F2 = jnp.einsum("jim,i->jm", D, Vx_next)
-                H = H + 0.5 * (F2 + F2.T)
+            if exact:  # + V'_x . F_zz (D: d[A B]/dz_j, row j; u_prev+ = u is linear)
+                F2 = jnp.einsum("jim,i->jm", D, Vx_next[: 2 * n])
+                H = H.at[xu_index[:, None], xu_index].add(0.5 * (F2 + F2.T))
             Qx = g[:nx] + A.T @ Vx_next
             Qu = g[nx:] + B.T @ Vx_next
             Qxx = H[:nx, :nx] + A.T @ Vxx @ A
@@ -393,14 +418,18 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
         return g1, g2
 
     def forward(xs, us, gaps, bw, alpha):
-        def one(x, d):
-            x_ref, u_ref, k, K, f_next = d
-            u = jnp.clip(u_ref + alpha * k + K @ (x - x_ref), lower, upper)
-            x_next = step(x, u) - (1.0 - alpha) * f_next
-            return x_next, (x_next, u)
+        prev = _rate_parts(problem, us)[1] if rate else us  # (unused without a rate term)
 
-        x0 = xs[0] + alpha * gaps[0]
-        _, (xn, un) = jax.lax.scan(one, x0, (xs[:-1], us, bw.k, bw.K, gaps[1:]))
+        def one(carry, d):
+            x, up = carry
+            x_ref, up_ref, u_ref, k, K, f_next = d
+            dx = jnp.concatenate([x - x_ref, up - up_ref]) if rate else x - x_ref
+            u = jnp.clip(u_ref + alpha * k + K @ dx, lower, upper)
+            x_next = step(x, u) - (1.0 - alpha) * f_next[: 2 * n]
+            return (x_next, u), (x_next, u)
+
+        x0 = xs[0] + alpha * gaps[0, : 2 * n]
+        _, (xn, un) = jax.lax.scan(one, (x0, prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
         return jnp.concatenate([x0[None], xn]), un
 
     def inner(xs, us, lam, mu, it, log, gap):
@@ -414,6 +443,8 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
             gaps, A, B = dynamics(xs, us)
             xu = jnp.concatenate([xs, pad(us)], axis=1)
             g, H = jax.vmap(lambda xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu))(xu, ks, lam)
+            if rate:
+                g, H = with_rate(g, H, us)
             if second_order:
                 # DDP's step where its model is convex along the way back (every Q_uu positive
                 # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
@@ -552,4 +583,4 @@ def total_cost(problem: OCP, x, u):
         raise ValueError(f"total_cost: expected x ({T + 1}, {2 * n}) and u ({T}, {n}), got {x.shape} and {u.shape}")
     arm = solver_arm(problem)
     xu = jnp.concatenate([x, jnp.concatenate([u, jnp.zeros((1, n), dtype)])], axis=1)
-    return jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, jnp.arange(T + 1)))
+    return jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, jnp.arange(T + 1))) + _rate_cost(problem, u)

@@ -65,7 +65,7 @@ from ...linearize import _joint_torque
 from ....dynamics.newton_euler import _inverse_dynamics
 from ..ocp import (_EULER, _TABLEAUS, OCP, _accel_factored, _fd_step, _stages, _step, _step_jacobians,
                    _step_second_derivatives, solver_arm)
-from .knots import _constraint_layout, _constraints, _knot_cost
+from .knots import _constraint_layout, _constraints, _knot_cost, _rate_cost, _rate_term
 
 UZAWA_ITERATIONS = 60
 
@@ -131,8 +131,12 @@ def solution_vjp(problem: OCP, xs, us, lam, x_bar, u_bar, perturbed=None):
     E = jnp.concatenate([jnp.eye(N, dtype=dtype).reshape(T, n, N), jnp.zeros((1, n, N), dtype)])
     Phi = jnp.concatenate([S, E], axis=1)  # (T+1, 3n, N)
 
-    # 3. the reduced adjoint system
+    # 3. the reduced adjoint system (an input-rate term couples consecutive inputs: its Hessian,
+    # block-tridiagonal in the inputs, enters here directly)
     H = jnp.einsum("kai,kab,kbj->ij", Phi, Q, Phi)
+    rate = _rate_term(problem) is not None
+    if rate:
+        H = H + jax.hessian(lambda u: _rate_cost(problem, u.reshape(T, n)))(us.reshape(N))
     H = 0.5 * (H + H.T)
     b = u_bar.reshape(N) + jnp.einsum("kai,ka->i", S, x_bar)
     lower = jnp.broadcast_to(problem.lower, (T, n))
@@ -207,7 +211,10 @@ def solution_vjp(problem: OCP, xs, us, lam, x_bar, u_bar, perturbed=None):
             return out
 
         per_knot = jax.vmap(knot, in_axes=(1, 0, 0, 0, 0, 0))(zs, z, ks, lam, eps, omega)
-        return jnp.sum(per_knot) + dp[0] @ prob.x0 + dynamics_part(prob)
+        out = jnp.sum(per_knot) + dp[0] @ prob.x0 + dynamics_part(prob)
+        if rate:  # du . grad_u R, exactly (R is a quadratic of the inputs)
+            out = out + jnp.vdot(dz[:T, nx:], jax.grad(lambda u: _rate_cost(prob, u))(us))
+        return out
 
     leaves, treedef = jax.tree_util.tree_flatten(problem)
     if perturbed is None:

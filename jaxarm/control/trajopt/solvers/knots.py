@@ -117,3 +117,31 @@ def _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam, mu):
         g = g + jax.grad(s)(xu)
         H = H + jax.hessian(s)(xu)
     return g, H
+
+
+def _rate_term(problem):
+    """The problem's input-rate term (:func:`jaxarm.trajopt.terms.input_rate`), or None."""
+    found = [t for t in problem.costs if t.kind == "rate"]
+    return found[0] if found else None
+
+
+def _rate_parts(problem, us):
+    """For the input-rate term: per-knot weights c (T, n) = schedule_k w / dt, and the previous
+    inputs u_{k-1} (T, n) (u_{-1} = the term's ``previous``, zero where it has none: its weight is
+    zero there). The cost is sum c (u - u_prev)^2."""
+    t = _rate_term(problem)
+    n, T = problem.n, problem.T
+    d = t.values(problem.params)
+    dtype = us.dtype
+    w = jnp.broadcast_to(jnp.asarray(d["w"], dtype), (n,))
+    c = t.schedule[:T, None].astype(dtype) * w[None] / problem.dt
+    prev = jnp.broadcast_to(jnp.asarray(d["previous"], dtype), (n,)) if "previous" in d else jnp.zeros(n, dtype)
+    return c, jnp.concatenate([prev[None], us[:-1]])
+
+
+def _rate_cost(problem, us):
+    """The input-rate term's cost (zero without one)."""
+    if _rate_term(problem) is None:
+        return jnp.zeros((), us.dtype)
+    c, prev = _rate_parts(problem, us)
+    return jnp.sum(c * (us - prev) ** 2)
