@@ -2,7 +2,9 @@
 
 For the n <= ~10 matrices of an arm, LAPACK calls (one custom call per matrix, and per reverse-mode
 step) cost far more than the arithmetic. Written with scalar operations, the factorization fuses
-with the rest of the dynamics under ``vmap`` and differentiates like any other expression.
+with the rest of the dynamics under ``vmap`` and differentiates like any other expression. The
+pivots use :func:`jaxarm.dynamics.algebra.rsqrt` (multiplications only) rather than a square root
+and divisions, which XLA:CPU would not fuse across (see there).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ def cholesky_factor_scalars(M):
         s = M[j][j]
         for k in range(j):
             s = s - L[j][k] * L[j][k]
-        d = algebra.sqrt(s)
-        L[j][j] = d
-        inv_diag[j] = 1.0 / d
+        inv = algebra.rsqrt(s)  # multiplications only: the factorization stays in one loop fusion
+        L[j][j] = s * inv
+        inv_diag[j] = inv
         for i in range(j + 1, n):
             s = M[i][j]
             for k in range(j):
@@ -75,29 +77,30 @@ def cholesky_factor(M):
         s = M[j, j]
         for k in range(j):
             s = s - L[j][k] * L[j][k]
-        d = jnp.sqrt(s)
-        L[j][j] = d
+        inv = algebra.rsqrt(s)  # NaN where not positive definite; no division (see algebra.rsqrt)
+        L[j][j] = s * inv
         for i in range(j + 1, n):
             s = M[i, j]
             for k in range(j):
                 s = s - L[i][k] * L[j][k]
-            L[i][j] = s / d
+            L[i][j] = s * inv
     return jnp.stack([jnp.stack(row) for row in L])
 
 
 def cholesky_solve_factored(L, B):
     """Solve L L^T X = B for X, B (n,) or (n, m), by two unrolled triangular substitutions."""
     n = L.shape[-1]
+    inv = [algebra.rsqrt(L[i, i] * L[i, i]) for i in range(n)]  # 1 / L_ii (> 0) without a division
     y = [None] * n
     for i in range(n):
         s = B[i]
         for k in range(i):
             s = s - L[i, k] * y[k]
-        y[i] = s / L[i, i]
+        y[i] = s * inv[i]
     x = [None] * n
     for i in reversed(range(n)):
         s = y[i]
         for k in range(i + 1, n):
             s = s - L[k, i] * x[k]
-        x[i] = s / L[i, i]
+        x[i] = s * inv[i]
     return jnp.stack(x)
