@@ -150,3 +150,52 @@ def test_sensor_options_are_checked(arm):
     no_motor = jaxarm.load_arm("two_link_planar")
     with pytest.raises(ValueError, match="torque_constant and resistance must be > 0"):
         jaxarm.kalman_filter(no_motor, np.zeros((9, 2)), np.zeros((10, 2)), input="current", dt=DT, q0=np.zeros(2))
+
+
+def test_estimate_command_reads_currents_torque_sensors_and_a_payload(arm, tmp_path, capsys):
+    """jaxarm estimate --input current --torque-sensor-std: the drive error and the external torque
+    of the library test above, each recovered from a log of encoders, motor currents and link-side
+    torque sensors; --payload-mass: a 1.5 kg point load found from a 0.5 kg start."""
+    from jaxarm import cli
+    from jaxarm.logs import Log
+
+    n = arm.n
+    u = _inputs(arm)
+    gain = np.asarray(arm.drives.gear_ratio) * np.asarray(arm.drives.torque_constant)
+    drive_error = np.array([0.8, 0.0, -0.5])
+    external = np.zeros((STEPS, n))
+    external[150:, 1] = 1.2
+    xs, qdd, _, rng = _simulate(arm, lambda k, qd: u[k] + drive_error, 3, extra=external)
+    fric = np.array([np.asarray(friction_torques(arm, x[n:])) for x in xs[:-1]])
+    sensed = u + drive_error - fric - np.asarray(reflected_inertia(arm)) * qdd
+    t = np.arange(STEPS + 1) * DT
+    log = Log(t=t, q=xs[:, :n] + POSITION_STD * rng.normal(size=(STEPS + 1, n)),
+              tau=np.vstack([sensed, sensed[-1:]]) + 0.05 * rng.normal(size=(STEPS + 1, n)),
+              I=np.vstack([u, u[-1:]]) / gain, source="sim")
+    path = jaxarm.save_log(log, tmp_path / "log.npz")
+    arm_file = jaxarm.save_arm(arm, tmp_path / "arm.toml")
+    out = tmp_path / "est.npz"
+    common = ["--arm", str(arm_file), "--position-std", str(POSITION_STD), "--torque-std", str(TORQUE_STD)]
+    code = cli.main(["estimate", str(path), "--out", str(out), "--input", "current", "--torque-sensor-std", "0.05", *common])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    with np.load(out) as r:
+        np.testing.assert_allclose(r["drive_error"][-100:].mean(axis=0), drive_error, atol=0.1)
+        np.testing.assert_allclose(r["external_kalman"][-100:].mean(axis=0), external[-1], atol=0.2)
+        assert r["drive_error_std"].shape == (STEPS + 1, n) and np.all(r["drive_error_std"][-1] < 0.5)
+        # the observer runs on the drives' torque plus the estimated drive error: it sees the contact only
+        np.testing.assert_allclose(r["external_observer"][-50:].mean(axis=0), external[-1], atol=0.3)
+    code = cli.main(["estimate", str(path), "--out", str(tmp_path / "x.npz"), "--torque-sensor-std", "0.05", *common])
+    assert code == 2 and "--input current or voltage" in capsys.readouterr().err
+
+    held = arm.with_payload(1.5)
+    xs, _, _, rng = _simulate(held, lambda k, qd: u[k], 12)
+    log = Log(t=t, q=xs[:, :n] + POSITION_STD * rng.normal(size=(STEPS + 1, n)), tau=np.vstack([u, u[-1:]]), source="sim")
+    path = jaxarm.save_log(log, tmp_path / "payload.npz")
+    code = cli.main(["estimate", str(path), "--out", str(out), "--payload-mass", "0.5", "--external-std", "0.1", "--force", *common])
+    stdout, err = capsys.readouterr()
+    assert code == 0, err
+    with np.load(out) as r:
+        mass, std = r["payload_mass"][-1], r["payload_mass_std"][-1]
+    assert abs(mass - 1.5) < 0.15 and abs(mass - 1.5) < 4 * std, (mass, std)
+    assert "payload mass:" in stdout and "point mass at the tool frame" in err

@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", metavar="LOG", help="log (.csv or .npz) with t, q*, tau* (dq* optional)")
     p.add_argument("--arm", required=True, metavar="ARM", help="the (identified) arm: bundled name, .toml or .urdf")
     p.add_argument("--out", required=True, metavar="FILE.npz", help="t, q, qd, std, external_kalman, external_observer, contact, "
-                   "threshold, nis, torque_std")
+                   "threshold, nis, torque_std, applied_torque (and drive_error, payload_mass where estimated)")
     p.add_argument("--plot", metavar="FILE.png", help="measured minus filtered positions and the external torque estimates")
     p.add_argument("--position-std", metavar="RAD", help="encoder noise (default 1e-4 rad)")
     p.add_argument("--velocity-std", metavar="RAD/S", help="also filter the logged velocities, with this noise")
@@ -233,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--external-std", metavar="NM", help="random-walk intensity of the external torques (default 5 N m / sqrt(s))")
     p.add_argument("--gain", metavar="K", help=f"momentum observer gain (default {OBSERVER_GAIN:g} 1/s)")
     p.add_argument("--contact-free-until", metavar="T", help="the log is contact-free before T: contact thresholds from it")
+    p.add_argument("--input", choices=("torque", "current", "voltage"),
+                   help="what drives the arm: the torque columns tau* (default), motor currents I* or motor voltages V*")
+    p.add_argument("--torque-sensor-std", metavar="NM", help="with --input current or voltage: read tau* as link-side joint "
+                   "torque sensors with this noise, and estimate the drives' torque errors (drive_error)")
+    p.add_argument("--current-std", metavar="A", help="with --input voltage: read I* as motor-current sensors with this noise")
+    p.add_argument("--payload-mass", metavar="KG", help="estimate a payload's mass online (a point mass at the tool frame), "
+                   "starting from KG: payload_mass, payload_mass_std; a slowly varying external torque looks like a load, so give a small "
+                   "--external-std too (e.g. 0.1)")
     log_reading(p)
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_estimate)

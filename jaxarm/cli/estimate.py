@@ -39,6 +39,26 @@ def _estimate_plot(fmt, t, q_meas, q, external_ekf, external_obs, threshold):
     return write
 
 
+def _applied(arm, kind, log, qd):
+    """The joint torques the drives apply (N, n) from the log's inputs: the torque columns, or the
+    motor model's torque from the currents (G Kt I) or voltages (Swartz eq 12) at velocities qd."""
+    import jax.numpy as jnp
+
+    from ..estimate.kalman import _drive_torque
+
+    u = {"torque": log.tau, "current": log.I, "voltage": log.V}[kind]
+    return np.asarray(_drive_torque(arm, jnp.asarray(u), jnp.asarray(qd), kind))
+
+
+def _point_payload(arm, theta):
+    """The arm carrying a point mass theta[0] at its tool frame's origin (online payload estimation)."""
+    import jax.numpy as jnp
+
+    from ..model.arm import Payload
+
+    return arm.replace(payload=Payload(mass=theta[0], com=jnp.zeros(3, theta.dtype), inertia=jnp.zeros((3, 3), theta.dtype)))
+
+
 def _cmd_estimate(args) -> int:
     """Resample the log to a uniform rate, run the Kalman filter (q, qd and external torques) and
     the momentum observer, write them (and a plot) atomically."""
@@ -66,8 +86,19 @@ def _cmd_estimate(args) -> int:
         log = preprocess_log(raw, cutoff=None, trim=0.0, filter_torque=False)  # uniform rate, nothing filtered
     except LogError as exc:
         raise CommandError(_one_line(exc)) from None
-    if raw.tau is None:
-        raise CommandError(f"{args.log}: no torque columns (tau1..tau{arm.n}): the estimators need the applied joint torques")
+    kind = args.input or "torque"
+    column = {"torque": ("tau", "torque columns (tau1..tau{n})"), "current": ("I", "motor current columns (I1..I{n})"),
+              "voltage": ("V", "motor voltage columns (V1..V{n})")}
+    if getattr(raw, column[kind][0]) is None:
+        raise CommandError(f"{args.log}: no {column[kind][1].format(n=arm.n)}: --input {kind} reads the inputs from them")
+    if args.torque_sensor_std and kind == "torque":
+        raise CommandError("--torque-sensor-std: the torque columns are the input with --input torque; give --input current "
+                           "or voltage to read them as link-side torque sensors")
+    if args.torque_sensor_std and raw.tau is None:
+        raise CommandError(f"--torque-sensor-std: {os.path.basename(args.log)} has no torque columns (tau1..tau{arm.n})")
+    if args.current_std and (kind != "voltage" or raw.I is None):
+        raise CommandError("--current-std: motor currents are a measurement under --input voltage, from current columns "
+                           f"(I1..I{arm.n})")
     if raw.gaps().size:
         raise CommandError(f"{args.log}: the log has gaps in time; estimate each contiguous part on its own")
     where = os.path.basename(args.log)
@@ -77,7 +108,8 @@ def _cmd_estimate(args) -> int:
         torque_std = _positive(args.torque_std, "--torque-std", "a torque noise [N m]")
     else:  # the arm model's torque error on this log, with accelerations from a 10 Hz low-passed velocity
         smooth = preprocess_log(raw, cutoff=min(10.0, 0.2 / dt), trim=0.0)
-        torque_std = np.sqrt(np.mean((predict_torques(arm, smooth.q, smooth.dq, smooth.ddq) - smooth.tau) ** 2, axis=0))
+        applied = _applied(arm, kind, smooth, smooth.dq)
+        torque_std = np.sqrt(np.mean((predict_torques(arm, smooth.q, smooth.dq, smooth.ddq) - applied) ** 2, axis=0))
         torque_std = np.maximum(torque_std, 1e-3 * max(float(np.max(torque_std)), 1e-9))
         notes.append("torque noise per joint " + ", ".join(f"{x:.3g}" for x in torque_std)
                      + " N m: the arm model's torque error on this log (give --torque-std to set it)")
@@ -86,12 +118,27 @@ def _cmd_estimate(args) -> int:
         if raw.dq is None:
             raise CommandError(f"--velocity-std: {where} has no velocity columns (dq1..dq{arm.n})")
         measure, extra = ("q", "qd"), {"velocity_std": _positive(args.velocity_std, "--velocity-std", "a velocity noise [rad/s]")}
+    columns = {"q": log.q, "qd": log.dq, "tau": log.tau, "current": log.I}
+    if args.torque_sensor_std:
+        measure, extra = measure + ("tau",), {**extra, "torque_sensor_std": _positive(args.torque_sensor_std, "--torque-sensor-std",
+                                                                                        "a torque-sensor noise [N m]")}
+    if args.current_std:
+        measure, extra = measure + ("current",), {**extra, "current_std": _positive(args.current_std, "--current-std",
+                                                                                    "a current-sensor noise [A]")}
+    if args.payload_mass:
+        m0 = float(np.atleast_1d(_positive(args.payload_mass, "--payload-mass", "a starting payload mass [kg]"))[0])
+        # a point mass at the tool frame's origin (the arm's own payload replaced); nearly constant
+        extra = {**extra, "parameters": _point_payload, "theta0": [m0], "theta_std": [max(m0, 1.0)]}
+        notes.append(f"payload: a point mass at the tool frame's origin, estimated online from {m0:g} kg "
+                     f"(standard deviation {max(m0, 1.0):g} kg at the start)")
     external_std = _positive(args.external_std, "--external-std", "a random-walk intensity [N m / sqrt(s)]") if args.external_std else 5.0
+    u = {"torque": log.tau, "current": log.I, "voltage": log.V}[kind]
     try:
-        est = extended_kalman_filter(arm, log.tau[:-1], np.concatenate([log.q] + ([log.dq] if "qd" in measure else []), axis=1),
+        est = extended_kalman_filter(arm, u[:-1], np.concatenate([columns[name] for name in measure], axis=1),
                                      dt=dt, q0=log.q[0], qd0=log.dq[0] if log.dq is not None else None, torque_std=torque_std,
-                                     position_std=position_std, external_std=external_std, measure=measure, **extra)
-        obs = momentum_observer(arm, log.t, est.q, est.qd, log.tau, gain=gain)
+                                     position_std=position_std, external_std=external_std, measure=measure, input=kind, **extra)
+        applied = _applied(arm, kind, log, est.qd) + (est.actuator if est.actuator is not None else 0.0)
+        obs = momentum_observer(arm, log.t, est.q, est.qd, applied, gain=gain)
     except ValueError as exc:
         raise CommandError(f"cannot estimate from {where}: {_one_line(exc)}") from None
     settle = int(np.ceil(5.0 / gain / dt))
@@ -110,9 +157,15 @@ def _cmd_estimate(args) -> int:
     contact[:settle] = False
     files = _Outputs()
     try:
-        files.write(args.out, lambda f: np.savez(f, t=log.t, q=est.q, qd=est.qd, std=est.std, external_kalman=est.external,
-                                                  external_observer=obs.residual, contact=contact, threshold=threshold,
-                                                  nis=est.nis, torque_std=np.broadcast_to(torque_std, (arm.n,))))
+        results = dict(t=log.t, q=est.q, qd=est.qd, std=est.std, external_kalman=est.external, external_observer=obs.residual,
+                       contact=contact, threshold=threshold, nis=est.nis, torque_std=np.broadcast_to(torque_std, (arm.n,)),
+                       applied_torque=applied)
+        if est.actuator is not None:
+            e0 = 3 * arm.n
+            results.update(drive_error=est.actuator, drive_error_std=est.std[:, e0:e0 + arm.n])
+        if est.parameters is not None:
+            results.update(payload_mass=est.parameters[:, 0], payload_mass_std=est.std[:, -1])
+        files.write(args.out, lambda f: np.savez(f, **results))
         if args.plot:
             fmt = os.path.splitext(args.plot)[1].lstrip(".").lower() or "png"
             files.write(args.plot, _estimate_plot(fmt, log.t, log.q, est.q, est.external, obs.residual, threshold))
@@ -126,6 +179,8 @@ def _cmd_estimate(args) -> int:
     m = len(measure) * arm.n
     print(f"{arm.name}: {len(log)} samples at {1 / dt:.4g} Hz; Kalman filter on {' and '.join(measure)}, "
           f"mean normalized innovation {float(np.mean(est.nis)) / m:.3g} (1 when the noise model fits)")
+    if est.parameters is not None:
+        print(f"payload mass: {est.parameters[-1, 0]:.4g} kg +- {est.std[-1, -1]:.2g} at the end of the log")
     hits = np.flatnonzero(contact)
     print("contact: " + ("none detected" if hits.size == 0 else f"{hits.size} samples, first at t = {log.t[hits[0]]:.4g} s"))
     print("wrote " + ", ".join(p for p, _ in outputs))
