@@ -244,3 +244,28 @@ def test_float32_filters_run_nan_free_and_close_to_float64(variant, logs):
         assert np.all(np.isfinite(getattr(f32, field))), field
     np.testing.assert_allclose(f32.q, f64.q, rtol=0, atol=5e-5)
     np.testing.assert_allclose(f32.qd, f64.qd, rtol=0, atol=0.02 * np.abs(truths[..., 2:]).max())
+
+
+@pytest.mark.parametrize("variant", ["extended", "unscented"])
+def test_filters_with_different_settings_in_one_call_equal_one_at_a_time(variant, logs):
+    """Noise settings given per filter ((B, n) arrays) run B filters in one vmap-ed call: on one
+    log repeated, or one log each; every row equals the filter run alone with its settings."""
+    arm, us, zs, _, dt = logs
+    torque_std = np.array([[0.1, 0.1], [0.3, 0.3], [1.0, 0.5]])
+    options = dict(dt=dt, q0=[0.2, -0.3], position_std=2e-4, variant=variant)
+    tuned = jaxarm.kalman_filter(arm, us[0], zs[0], torque_std=torque_std, **options)
+    assert tuned.q.shape == (3, 201, 2) and tuned.covariance.shape == (3, 201, 4, 4)
+    for b in range(3):
+        one = jaxarm.kalman_filter(arm, us[0], zs[0], torque_std=torque_std[b], **options)
+        np.testing.assert_allclose(tuned.q[b], one.q, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(tuned.covariance[b], one.covariance, rtol=1e-9, atol=1e-18)
+    assert not np.allclose(tuned.std[0], tuned.std[2])  # the settings did differ
+    # one log and one setting row each, position noise per filter too
+    pos = np.array([[2e-4, 2e-4], [5e-4, 5e-4], [1e-3, 1e-3]])
+    pairs = jaxarm.kalman_filter(arm, us[:3], zs[:3], torque_std=torque_std, dt=dt, q0=[0.2, -0.3], position_std=pos,
+                                 variant=variant)
+    one = jaxarm.kalman_filter(arm, us[2], zs[2], torque_std=torque_std[2], dt=dt, q0=[0.2, -0.3], position_std=pos[2],
+                               variant=variant)
+    np.testing.assert_allclose(pairs.q[2], one.q, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="must all have the same number of rows"):
+        jaxarm.kalman_filter(arm, us[:2], zs[:2], torque_std=torque_std, **options)

@@ -90,7 +90,7 @@ def cholesky_factor(M):
 def cholesky_solve_factored(L, B):
     """Solve L L^T X = B for X, B (n,) or (n, m), by two unrolled triangular substitutions."""
     n = L.shape[-1]
-    inv = [algebra.rsqrt(L[i, i] * L[i, i]) for i in range(n)]  # 1 / L_ii (> 0) without a division
+    inv = [1.0 / L[i, i] for i in range(n)]
     y = [None] * n
     for i in range(n):
         s = B[i]

@@ -265,17 +265,21 @@ def _filter_body(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
 _filter = jit(_filter_body)  # the arm as data: one compiled program per arm structure
 
 
-@functools.partial(jit, static_argnames=("constant", "batched"))
-def _filter_folded(u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config, *, constant, batched: bool):
+@functools.partial(jit, static_argnames=("constant", "batched", "per_filter"))
+def _filter_folded(u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config, *, constant, batched: bool,
+                   per_filter: bool = False):
     """The filter with a known arm compiled in (``constant``: :class:`jaxarm.simulate.batch._ConstantArm`),
     so that the dynamics fold its structural zeros, as ``rollout_batch`` does: the Panda's filter
     compiles in about half the time and runs about 3x faster than with the arm as data. A batch of
     logs is vmapped over u, z and x0."""
 
-    def run(uu, zz, xx):
+    def run(uu, zz, xx, P0, torque_var, walk_var, R):
         return _filter_body(constant.arm, uu, zz, xx, P0, dt, torque_var, walk_var, R, cfg)
 
-    return (jax.vmap(run) if batched else run)(u, z, x0)
+    if not batched:
+        return run(u, z, x0, P0, torque_var, walk_var, R)
+    s_ax = 0 if per_filter else None  # settings per filter, or shared
+    return jax.vmap(run, in_axes=(0, 0, 0, s_ax, s_ax, s_ax, s_ax))(u, z, x0, P0, torque_var, walk_var, R)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,6 +357,8 @@ def kalman_filter(
     dtype: the filter's floating type (default: JAX's default float, float64 with x64 enabled);
     ``jnp.float32`` runs it in single precision.
 
+    Any noise setting below may instead be a (B, size) array, one row per filter: B filters with
+    different settings run in one ``vmap``-ed call, on one log (repeated) or on B logs (one each).
     torque_std (scalar or (n,)): the standard deviation of the torque the arm feels around ``u``
     [N m] (for every input kind: the link model's error); position_std, velocity_std,
     torque_sensor_std [N m], current_std [A]: sensor noise; quantization: the encoders' step
@@ -409,11 +415,36 @@ def kalman_filter(
         if name in measure and std is None:
             raise ValueError(f"{func}: {what}: required when {name!r} is measured")
 
+    # filter settings per filter: a noise setting given as a (B, size) array runs B filters, one per row
+    # (on one log, or on B logs), in the same vmap-ed call
+    settings = {"torque_std": torque_std, "position_std": position_std, "velocity_std": velocity_std,
+                "torque_sensor_std": torque_sensor_std, "current_std": current_std, "external_std": external_std,
+                "actuator_std": actuator_std, "initial_std": initial_std}
+    rows = {name: np.shape(v)[0] for name, v in settings.items() if v is not None and np.ndim(v) == 2}
+    if len(set(rows.values())) > 1 or (rows and batched and set(rows.values()) != {lead[0]}):
+        raise ValueError(f"{func}: settings given per filter (2-D: {', '.join(rows)}) must all have the same number of rows"
+                         f"{f', the number of logs {lead[0]}' if batched else ''}, got {rows}")
+    per_filter = bool(rows)
+    if per_filter and not batched:  # one log, B settings
+        lead = (next(iter(rows.values())),)
+        u = np.broadcast_to(u, lead + u.shape)
+        z = np.broadcast_to(z, lead + z.shape)
+        batched = True
+
     def positive(value, name, size):
-        v = np.broadcast_to(np.asarray(value, dtype=float), (size,)).copy()
+        a = np.asarray(value, dtype=float)
+        shape = lead + (size,) if per_filter and a.ndim == 2 else (size,)
+        try:
+            v = np.broadcast_to(a, shape).copy()
+        except ValueError:
+            raise ValueError(f"{func}: {name}: expected a number, shape ({size},) or, one row per filter, "
+                             f"({lead[0] if batched else 'B'}, {size}); got shape {a.shape}") from None
         if not np.all(np.isfinite(v) & (v > 0)):
             raise ValueError(f"{func}: {name}: expected positive numbers, got {value!r}")
         return v
+
+    def each(a):  # a setting (size,) or (B, size) as (B, size) when settings are per filter
+        return np.broadcast_to(a, lead + a.shape[-1:]) if per_filter else a
 
     torque_var = positive(torque_std, "torque_std", n) ** 2
     pos_var = positive(position_std, "position_std", n) ** 2 + float(quantization) ** 2 / 12.0
@@ -422,7 +453,8 @@ def kalman_filter(
                             ("current", current_std, "current_std")):
         if name in measure:
             sensor_var[name] = positive(std, what, n) ** 2
-    R = np.diag(np.concatenate([sensor_var[name] for name in measure]))
+    R_diag = np.concatenate([each(sensor_var[name]) for name in measure], axis=-1)
+    R = R_diag[..., :, None] * np.eye(R_diag.shape[-1])
     external = external_std is not None
     ext_var = positive(external_std, "external_std", n) ** 2 if external else np.zeros(0)
     actuator = "tau" in measure
@@ -460,11 +492,12 @@ def kalman_filter(
     x0 = np.concatenate([q0, qd0] + [np.zeros(lead + (n,))] * (external + actuator)
                         + ([np.broadcast_to(theta0, lead + (p,))] if p else []), axis=-1)
     if initial_std is None:
-        std0 = np.concatenate([10 * np.sqrt(pos_var), np.ones(n)] + [10 * np.sqrt(torque_var)] * (external + actuator))
+        std0 = np.concatenate([each(10 * np.sqrt(pos_var)), each(np.ones(n))]
+                              + [each(10 * np.sqrt(torque_var))] * (external + actuator), axis=-1)
     else:
-        std0 = positive(initial_std, "initial_std", k)
+        std0 = each(positive(initial_std, "initial_std", k))
     if p:
-        std0 = np.concatenate([std0, theta_std])
+        std0 = np.concatenate([std0, each(theta_std)], axis=-1)
     cfg = _Config(method=str(method), external=external, measure=measure, parameters=parameters, smooth=bool(smooth),
                   variant=variant, input=input)
     integrators.get_method(method)
@@ -475,17 +508,20 @@ def kalman_filter(
     def cast(a):
         return jnp.asarray(a, dtype)
 
-    data = (cast(u), cast(z), cast(x0), cast(np.diag(std0**2)), cast(float(dt)), cast(torque_var),
-            cast(np.concatenate([ext_var, act_var, walk])), cast(R))
+    walk_var = np.concatenate([each(ext_var), each(act_var), each(walk)], axis=-1) if per_filter else \
+        np.concatenate([ext_var, act_var, walk])
+    data = (cast(u), cast(z), cast(x0), cast(std0[..., :, None] ** 2 * np.eye(std0.shape[-1])), cast(float(dt)),
+            cast(each(torque_var)), cast(walk_var), cast(R))
     if checks.concrete(arm):  # compiled in (folded), once per arm value
         arm_np = jax.tree_util.tree_map(
             lambda a: np.asarray(a, dtype) if np.issubdtype(np.asarray(a).dtype, np.floating) else np.asarray(a), arm)
-        xs, Ps, nis = _filter_folded(*data, cfg, constant=_ConstantArm(arm_np), batched=batched)
+        xs, Ps, nis = _filter_folded(*data, cfg, constant=_ConstantArm(arm_np), batched=batched, per_filter=per_filter)
     else:
         arm_d = jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating) else a, arm)
         run = _filter
         if batched:
-            run = jax.vmap(_filter, in_axes=(None, 0, 0, 0) + (None,) * 6)
+            s_ax = 0 if per_filter else None
+            run = jax.vmap(_filter, in_axes=(None, 0, 0, 0, s_ax, None, s_ax, s_ax, s_ax, None))
         xs, Ps, nis = run(arm_d, *data, cfg)
     xs, Ps = np.asarray(xs), np.asarray(Ps)
     e0, d0, _ = _blocks(n, external, actuator)
