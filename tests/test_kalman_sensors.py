@@ -96,6 +96,11 @@ def test_torque_sensors_tell_a_drive_error_from_an_external_torque(arm, variant)
     np.testing.assert_allclose(est.external[tail].mean(axis=0), external[-1], atol=0.2)
     assert np.all(np.abs(est.external[60:140].mean(axis=0)) < 0.2)  # no external torque before it acts
     assert np.all(np.isfinite(est.nis)) and 0.7 < np.mean(est.nis[50:]) / (2 * n) < 1.3
+    single = jaxarm.kalman_filter(arm, u, z, dt=DT, q0=z[0, :n], torque_std=TORQUE_STD, position_std=POSITION_STD,
+                                  measure=("q", "tau"), torque_sensor_std=0.05, external_std=5.0, actuator_std=1.0,
+                                  variant=variant, dtype=jnp.float32)
+    assert np.all(np.isfinite(single.covariance)) and np.all(np.isfinite(single.actuator))
+    np.testing.assert_allclose(single.actuator[tail].mean(axis=0), drive_error, atol=0.15)
     encoders = jaxarm.kalman_filter(arm, u, z[:, :n], dt=DT, q0=z[0, :n], torque_std=TORQUE_STD,
                                     position_std=POSITION_STD, external_std=5.0, variant=variant)
     np.testing.assert_allclose(encoders.external[tail].mean(axis=0), drive_error + external[-1], atol=0.2)
