@@ -186,3 +186,16 @@ def assert_close(actual, desired, rtol, what=""):
     scale = max(float(np.max(np.abs(desired))) if desired.size else 0.0, 1e-300)
     err = float(np.max(np.abs(actual - desired))) if desired.size else 0.0
     assert err <= rtol * scale, f"{what}: max error {err:.3e} > {rtol:.1e} * scale {scale:.3e} (relative {err / scale:.3e})"
+
+
+def central_differences(loss, problem, get, put, h):
+    """Central differences of ``loss(problem)[0]`` with respect to the array ``get(problem)``,
+    entry by entry with step h; ``put(problem, value)`` gives the problem with that array replaced."""
+    base = np.asarray(get(problem), float)
+    out = np.zeros(base.size)
+    for i in range(base.size):
+        e = np.zeros(base.size)
+        e[i] = h
+        e = e.reshape(base.shape)
+        out[i] = (float(loss(put(problem, base + e))[0]) - float(loss(put(problem, base - e))[0])) / (2 * h)
+    return out.reshape(base.shape)

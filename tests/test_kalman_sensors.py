@@ -6,28 +6,18 @@ out here, independently of the filter's measurement function."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random_arm
 from scipy import stats
+from test_kalman import DT, POSITION_STD, STEPS, TORQUE_STD, arm  # noqa: F401  (arm: the shared fixture)
 
 import jaxarm
 from jaxarm.dynamics.drives import friction_torques, reflected_inertia
 
-DT = 2e-3
-STEPS = 400
-TORQUE_STD = 0.2
-POSITION_STD = 2e-4
-
-
-@pytest.fixture(scope="module")
-def arm():
-    arm = random_arm(2, "RRR", drives=True)
-    return arm.replace(drives=dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05)))
+DRIVE_ERROR = np.array([0.8, 0.0, -0.5])  # N m, constant, on joints 1 and 3
+CONTACT = 1.2  # N m on joint 2 from step 150
 
 
 def _simulate(arm, joint_torque, seed, extra=None):
@@ -58,6 +48,23 @@ def _inputs(arm):
     return gravity + 0.2 * np.abs(gravity).max() * np.stack([np.sin(2 * np.pi * (0.8 + 0.4 * j) * t) for j in range(n)], axis=1)
 
 
+def _drive_error_and_contact(arm):
+    """A log with the drive error DRIVE_ERROR from the start and an external torque CONTACT on
+    joint 2 from step 150: inputs u (STEPS, n), the external torques (STEPS, n), noisy encoders
+    (STEPS + 1, n) and link-side torque sensors (STEPS + 1, n, noise 0.05 N m) reading the drive's
+    torque less its friction and rotor inertia (the last sample: the last step's)."""
+    n = arm.n
+    u = _inputs(arm)
+    external = np.zeros((STEPS, n))
+    external[150:, 1] = CONTACT
+    xs, qdd, _, rng = _simulate(arm, lambda k, qd: u[k] + DRIVE_ERROR, 3, extra=external)
+    fric = np.array([np.asarray(friction_torques(arm, x[n:])) for x in xs[:-1]])
+    sensed = u + DRIVE_ERROR - fric - np.asarray(reflected_inertia(arm)) * qdd
+    sensed = np.concatenate([sensed, sensed[-1:]])
+    q = xs[:, :n] + POSITION_STD * rng.normal(size=(STEPS + 1, n))
+    return u, external, q, sensed + 0.05 * rng.normal(size=(STEPS + 1, n))
+
+
 def test_current_input_is_the_torque_input_through_the_torque_constant(arm):
     tau = _inputs(arm)
     xs, _, _, rng = _simulate(arm, lambda k, qd: tau[k], 0)
@@ -76,17 +83,9 @@ def test_torque_sensors_tell_a_drive_error_from_an_external_torque(arm, variant)
     from step 150: with link-side torque sensors the filter attributes each to its source; with
     encoders alone the 'external' estimate is their sum."""
     n = arm.n
-    u = _inputs(arm)
-    drive_error = np.array([0.8, 0.0, -0.5])
-    external = np.zeros((STEPS, n))
-    external[150:, 1] = 1.2
-    xs, qdd, taus, rng = _simulate(arm, lambda k, qd: u[k] + drive_error, 3, extra=external)
-    # the sensor between drive and link: the drive's torque less its friction and rotor inertia
-    fric = np.array([np.asarray(friction_torques(arm, x[n:])) for x in xs[:-1]])
-    sensed = u + drive_error - fric - np.asarray(reflected_inertia(arm)) * qdd
-    sensed = np.concatenate([sensed, sensed[-1:]])  # the last sample: the last step's
-    z = np.concatenate([xs[:, :n] + POSITION_STD * rng.normal(size=(STEPS + 1, n)),
-                        sensed + 0.05 * rng.normal(size=(STEPS + 1, n))], axis=1)
+    u, external, q, sensed = _drive_error_and_contact(arm)
+    drive_error = DRIVE_ERROR
+    z = np.concatenate([q, sensed], axis=1)
     est = jaxarm.kalman_filter(arm, u, z, dt=DT, q0=z[0, :n], torque_std=TORQUE_STD, position_std=POSITION_STD,
                                measure=("q", "tau"), torque_sensor_std=0.05, external_std=5.0, actuator_std=1.0,
                                variant=variant)
@@ -165,18 +164,11 @@ def test_estimate_command_reads_currents_torque_sensors_and_a_payload(arm, tmp_p
     from jaxarm.logs import Log
 
     n = arm.n
-    u = _inputs(arm)
+    u, external, q, sensed = _drive_error_and_contact(arm)
+    drive_error = DRIVE_ERROR
     gain = np.asarray(arm.drives.gear_ratio) * np.asarray(arm.drives.torque_constant)
-    drive_error = np.array([0.8, 0.0, -0.5])
-    external = np.zeros((STEPS, n))
-    external[150:, 1] = 1.2
-    xs, qdd, _, rng = _simulate(arm, lambda k, qd: u[k] + drive_error, 3, extra=external)
-    fric = np.array([np.asarray(friction_torques(arm, x[n:])) for x in xs[:-1]])
-    sensed = u + drive_error - fric - np.asarray(reflected_inertia(arm)) * qdd
     t = np.arange(STEPS + 1) * DT
-    log = Log(t=t, q=xs[:, :n] + POSITION_STD * rng.normal(size=(STEPS + 1, n)),
-              tau=np.vstack([sensed, sensed[-1:]]) + 0.05 * rng.normal(size=(STEPS + 1, n)),
-              I=np.vstack([u, u[-1:]]) / gain, source="sim")
+    log = Log(t=t, q=q, tau=sensed, I=np.vstack([u, u[-1:]]) / gain, source="sim")
     path = jaxarm.save_log(log, tmp_path / "log.npz")
     arm_file = jaxarm.save_arm(arm, tmp_path / "arm.toml")
     out = tmp_path / "est.npz"

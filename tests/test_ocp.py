@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import central_differences
 
 import jaxarm
 from jaxarm import trajopt
@@ -498,15 +499,6 @@ def test_gradients_of_the_solution_match_finite_differences_with_an_active_obsta
     assert clamped.any() and not clamped.all()
     grad = jaxarm.jit(jax.grad(lambda p: loss(p)[0]))(problem)
 
-    def central(get, put, h):
-        base = np.asarray(get(problem), float)
-        out = np.zeros(base.size)
-        for i in range(base.size):
-            e = np.zeros(base.size)
-            e[i] = h
-            e = e.reshape(base.shape)
-            out[i] = (float(value(put(problem, base + e))[0]) - float(value(put(problem, base - e))[0])) / (2 * h)
-        return out.reshape(base.shape)
 
     def with_param(name):
         return lambda p, v: p.replace(params={**p.params, name: jnp.asarray(v)})
@@ -525,7 +517,7 @@ def test_gradients_of_the_solution_match_finite_differences_with_an_active_obsta
         ("mass", lambda p: p.arm.links.mass, with_mass, grad.arm.links.mass, 1e-5),
     ]
     for name, get, put, g, h in cases:
-        fd = central(get, put, h)
+        fd = central_differences(value, problem, get, put, h)
         g = np.asarray(g)
         assert np.max(np.abs(g - fd)) <= 1e-4 * max(np.max(np.abs(fd)), 1.0), (name, g, fd)
     assert np.max(np.abs(np.asarray(grad.params["centre"]))) > 100.0  # the active obstacle matters

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import central_differences
 from test_ocp import DT, Q0, T, TORQUE_LIMITS, reach_ocp, two_link
 
 import jaxarm
@@ -131,15 +132,6 @@ def test_gradients_of_a_solution_with_an_input_rate_match_finite_differences(rat
     assert clamped.any() and not clamped.all()
     grad = jaxarm.jit(jax.grad(lambda p: loss(p)[0]))(problem)
 
-    def central(get, put, h):
-        base_v = np.asarray(get(problem), float)
-        out = np.zeros(base_v.size)
-        for i in range(base_v.size):
-            e = np.zeros(base_v.size)
-            e[i] = h
-            e = e.reshape(base_v.shape)
-            out[i] = (float(value(put(problem, base_v + e))[0]) - float(value(put(problem, base_v - e))[0])) / (2 * h)
-        return out.reshape(base_v.shape)
 
     def with_param(name):
         return lambda p, v: p.replace(params={**p.params, name: jnp.asarray(v)})
@@ -153,7 +145,7 @@ def test_gradients_of_a_solution_with_an_input_rate_match_finite_differences(rat
         ("upper", lambda p: p.upper, lambda p, v: p.replace(upper=jnp.asarray(v)), grad.upper, 1e-5),
     ]
     for name, get, put, g, h in cases:
-        fd = central(get, put, h)
+        fd = central_differences(value, problem, get, put, h)
         g = np.asarray(g)
         assert np.max(np.abs(g - fd)) <= 1e-4 * max(np.max(np.abs(fd)), 1.0), (name, g, fd)
     assert np.max(np.abs(np.asarray(grad.params["u_prev"]))) > 0.01  # the first input is tied to it
