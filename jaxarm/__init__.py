@@ -110,6 +110,7 @@ from .identify.consistent import (
 from .estimate import (
     KalmanEstimate,
     MomentumObserver,
+    contact_link,
     detect_contact,
     detection_threshold,
     extended_kalman_filter,

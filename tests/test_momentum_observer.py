@@ -12,7 +12,7 @@ import pytest
 from helpers import random_arm
 
 import jaxarm
-from jaxarm.estimate import detect_contact, detection_threshold, momentum_observer
+from jaxarm.estimate import contact_link, detect_contact, detection_threshold, momentum_observer
 from jaxarm.estimate.momentum_observer import _momentum_and_beta
 
 DT = 1e-3
@@ -87,6 +87,13 @@ def test_contact_detection_without_false_alarms(arm):
     assert not alarm[settle:int(ON / DT)].any()
     joints = np.abs(hit.residual[alarm]) > threshold
     assert joints[:, 1].mean() > 0.9  # the pushed joint is the one that sees it
+    link = contact_link(hit.residual, threshold)
+    assert np.array_equal(link > 0, alarm) and np.mean(link[alarm] == 2) > 0.9  # isolated to link 2
+    # a push through link 1 (joint 1 only) is isolated to link 1
+    t, q, qd, tau = _run(arm, np.array([4.0, 0.0, 0.0]))
+    hit = momentum_observer(arm, t, q, noisy(qd, 1e-4), noisy(tau, 0.02), gain=K)
+    link = contact_link(hit.residual, threshold)
+    assert np.mean(link[link > 0] == 1) > 0.9 and np.any(link > 0)
 
 
 def test_bad_input_is_refused(arm):

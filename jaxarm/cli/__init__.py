@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("log", metavar="LOG", help="log (.csv or .npz) with t, q*, tau* (dq* optional)")
     p.add_argument("--arm", required=True, metavar="ARM", help="the (identified) arm: bundled name, .toml or .urdf")
     p.add_argument("--out", required=True, metavar="FILE.npz", help="t, q, qd, std, external_kalman, external_observer, contact, "
-                   "threshold, nis, torque_std, applied_torque (and drive_error, payload_mass where estimated)")
+                   "contact_link, threshold, nis, torque_std, applied_torque (and drive_error, payload_mass where estimated)")
     p.add_argument("--plot", metavar="FILE.png", help="measured minus filtered positions and the external torque estimates")
     p.add_argument("--position-std", metavar="RAD", help="encoder noise (default 1e-4 rad)")
     p.add_argument("--velocity-std", metavar="RAD/S", help="also filter the logged velocities, with this noise")

@@ -62,7 +62,7 @@ def _point_payload(arm, theta):
 def _cmd_estimate(args) -> int:
     """Resample the log to a uniform rate, run the Kalman filter (q, qd and external torques) and
     the momentum observer, write them (and a plot) atomically."""
-    from ..estimate import detect_contact, detection_threshold, extended_kalman_filter, momentum_observer
+    from ..estimate import contact_link, detect_contact, detection_threshold, extended_kalman_filter, momentum_observer
     from ..identify.fit import predict_torques
     from ..identify.logs import LogError, preprocess_log
     from .identify import _joint_names, _read_log
@@ -158,7 +158,8 @@ def _cmd_estimate(args) -> int:
     files = _Outputs()
     try:
         results = dict(t=log.t, q=est.q, qd=est.qd, std=est.std, external_kalman=est.external, external_observer=obs.residual,
-                       contact=contact, threshold=threshold, nis=est.nis, torque_std=np.broadcast_to(torque_std, (arm.n,)),
+                       contact=contact, contact_link=contact_link(obs.residual, threshold) * contact, threshold=threshold,
+                       nis=est.nis, torque_std=np.broadcast_to(torque_std, (arm.n,)),
                        applied_torque=applied)
         if est.actuator is not None:
             e0 = 3 * arm.n
@@ -182,6 +183,8 @@ def _cmd_estimate(args) -> int:
     if est.parameters is not None:
         print(f"payload mass: {est.parameters[-1, 0]:.4g} kg +- {est.std[-1, -1]:.2g} at the end of the log")
     hits = np.flatnonzero(contact)
-    print("contact: " + ("none detected" if hits.size == 0 else f"{hits.size} samples, first at t = {log.t[hits[0]]:.4g} s"))
+    links = contact_link(obs.residual, threshold) * contact
+    print("contact: " + ("none detected" if hits.size == 0 else
+                         f"{hits.size} samples, first at t = {log.t[hits[0]]:.4g} s, on link {int(links[hits[0]])}"))
     print("wrote " + ", ".join(p for p, _ in outputs))
     return EXIT_OK

@@ -4,4 +4,4 @@ detection. Uses the layers below; never :mod:`jaxarm.identify` or
 :mod:`jaxarm.control`."""
 
 from .kalman import KalmanEstimate, extended_kalman_filter, kalman_filter, unscented_kalman_filter
-from .momentum_observer import MomentumObserver, detect_contact, detection_threshold, momentum_observer
+from .momentum_observer import MomentumObserver, contact_link, detect_contact, detection_threshold, momentum_observer

@@ -114,3 +114,19 @@ def detect_contact(residual, threshold) -> np.ndarray:
     """(N,) True where any joint's |residual| exceeds its threshold; ``np.flatnonzero`` gives the
     samples, and the joints that see the contact are ``np.abs(residual) > threshold``."""
     return np.any(np.abs(np.asarray(residual)) > np.asarray(threshold)[None, :], axis=1)
+
+
+def contact_link(residual, threshold) -> np.ndarray:
+    """(N,) the link (1..n) in contact at each sample, 0 where no joint's residual exceeds its
+    threshold. An external wrench w on link k reaches the joints as J_k(q)^T w, on joints 1..k only
+    (the links beyond k do not move with it), so the contact is on the most distal joint's link
+    whose |residual| exceeds its threshold (contact isolation, Haddadin, De Luca & Albu-Schaeffer
+    2017, sec. 5). Where that wrench happens to have no moment about joint k's axis, the link is
+    further out than reported: the answer is the nearest link the contact can be on."""
+    r = np.abs(np.asarray(residual, dtype=float))
+    if r.ndim != 2:
+        raise ValueError(f"contact_link: residual: expected (N, n) residuals, got shape {r.shape}")
+    above = r > np.asarray(threshold, dtype=float)[None, :]
+    n = r.shape[1]
+    last = n - np.argmax(above[:, ::-1], axis=1)
+    return np.where(above.any(axis=1), last, 0)
