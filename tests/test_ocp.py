@@ -342,8 +342,10 @@ def test_reach_problem_written_as_terms_has_the_same_objective():
     x = jnp.concatenate([traj.q, traj.qd], axis=1)
     expected = float(trajopt.trajectory_cost(arm, reach, traj.q, traj.qd, u))
     assert float(trajopt.total_cost(problem, x, u)) == pytest.approx(expected, rel=1e-12)
-    with pytest.raises(ValueError, match="smoothness"):
-        trajopt.reach_ocp(arm, reach._replace(smoothness=jnp.asarray(1.0)), T)
+    # the input smoothness is the input-rate term
+    smooth = reach._replace(smoothness=jnp.asarray(0.7))
+    expected = float(trajopt.trajectory_cost(arm, smooth, traj.q, traj.qd, u))
+    assert float(trajopt.total_cost(trajopt.reach_ocp(arm, smooth, T), x, u)) == pytest.approx(expected, rel=1e-12)
 
 
 

@@ -446,18 +446,17 @@ def reach_ocp(arm: Arm, problem, T: int, *, method="rk3", input: str = "torque")
     """The :class:`jaxarm.trajopt.ReachProblem` ``problem`` as an :class:`OCP` of T steps, written in
     terms (same objective as :func:`jaxarm.trajopt.trajectory_cost`): effort, terminal tool
     position, orientation and joint speed, running tool position; solve it with
-    :func:`jaxarm.trajopt.ddp`. The input-smoothness weight couples consecutive inputs, which a
-    stage cost cannot; a problem with ``smoothness > 0`` is refused."""
+    :func:`jaxarm.trajopt.ddp`. The input smoothness is the input-rate term
+    (:func:`jaxarm.trajopt.terms.input_rate`, from the second input on)."""
     from .problem import ReachProblem
 
     func = "reach_ocp"
     if not isinstance(problem, ReachProblem):
         raise TypeError(f"{func}: problem: expected a jaxarm.trajopt.ReachProblem, got {type(problem).__name__}")
-    if not isinstance(problem.smoothness, jax.core.Tracer) and float(problem.smoothness) != 0.0:
-        raise ValueError(f"{func}: problem.smoothness: input smoothness couples consecutive inputs and is not a stage "
-                         f"cost; solve this problem with trajopt.ilqr, or set smoothness=0")
     costs = (_terms.effort(problem.effort) + _terms.tool_position(problem.target, problem.position)
              + _terms.tool_orientation(problem.target_rotation, problem.orientation)
              + _terms.joint_velocity(problem.velocity)
              + _terms.tool_position(problem.target, problem.path_position, when="path"))
+    if isinstance(problem.smoothness, jax.core.Tracer) or float(problem.smoothness) != 0.0:
+        costs = costs + _terms.input_rate(problem.smoothness)
     return ocp(arm, problem.q0, T, problem.dt, qd0=problem.qd0, costs=costs, method=method, input=input)
