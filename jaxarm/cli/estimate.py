@@ -39,15 +39,14 @@ def _estimate_plot(fmt, t, q_meas, q, external_ekf, external_obs, threshold):
     return write
 
 
-def _applied(arm, kind, log, qd):
-    """The joint torques the drives apply (N, n) from the log's inputs: the torque columns, or the
+def _applied(arm, kind, u, qd):
+    """The joint torques the drives apply (N, n) from the log's inputs u: the torque columns, or the
     motor model's torque from the currents (G Kt I) or voltages (Swartz eq 12) at velocities qd."""
     import jax.numpy as jnp
 
-    from ..estimate.kalman import _drive_torque
+    from ..dynamics.motors import _input_torque
 
-    u = {"torque": log.tau, "current": log.I, "voltage": log.V}[kind]
-    return np.asarray(_drive_torque(arm, jnp.asarray(u), jnp.asarray(qd), kind))
+    return np.asarray(_input_torque(arm, jnp.asarray(u), jnp.asarray(qd), kind))
 
 
 def _point_payload(arm, theta):
@@ -63,6 +62,7 @@ def _cmd_estimate(args) -> int:
     """Resample the log to a uniform rate, run the Kalman filter (q, qd and external torques) and
     the momentum observer, write them (and a plot) atomically."""
     from ..estimate import contact_link, detect_contact, detection_threshold, extended_kalman_filter, momentum_observer
+    from ..estimate.kalman import _blocks
     from ..identify.fit import predict_torques
     from ..identify.logs import LogError, preprocess_log
     from .identify import _joint_names, _read_log
@@ -87,10 +87,10 @@ def _cmd_estimate(args) -> int:
     except LogError as exc:
         raise CommandError(_one_line(exc)) from None
     kind = args.input or "torque"
-    column = {"torque": ("tau", "torque columns (tau1..tau{n})"), "current": ("I", "motor current columns (I1..I{n})"),
-              "voltage": ("V", "motor voltage columns (V1..V{n})")}
-    if getattr(raw, column[kind][0]) is None:
-        raise CommandError(f"{args.log}: no {column[kind][1].format(n=arm.n)}: --input {kind} reads the inputs from them")
+    field, columns_named = {"torque": ("tau", "torque columns (tau1..tau{n})"), "current": ("I", "motor current columns (I1..I{n})"),
+                            "voltage": ("V", "motor voltage columns (V1..V{n})")}[kind]
+    if getattr(raw, field) is None:
+        raise CommandError(f"{args.log}: no {columns_named.format(n=arm.n)}: --input {kind} reads the inputs from them")
     if args.torque_sensor_std and kind == "torque":
         raise CommandError("--torque-sensor-std: the torque columns are the input with --input torque; give --input current "
                            "or voltage to read them as link-side torque sensors")
@@ -108,7 +108,7 @@ def _cmd_estimate(args) -> int:
         torque_std = _positive(args.torque_std, "--torque-std", "a torque noise [N m]")
     else:  # the arm model's torque error on this log, with accelerations from a 10 Hz low-passed velocity
         smooth = preprocess_log(raw, cutoff=min(10.0, 0.2 / dt), trim=0.0)
-        applied = _applied(arm, kind, smooth, smooth.dq)
+        applied = _applied(arm, kind, getattr(smooth, field), smooth.dq)
         torque_std = np.sqrt(np.mean((predict_torques(arm, smooth.q, smooth.dq, smooth.ddq) - applied) ** 2, axis=0))
         torque_std = np.maximum(torque_std, 1e-3 * max(float(np.max(torque_std)), 1e-9))
         notes.append("torque noise per joint " + ", ".join(f"{x:.3g}" for x in torque_std)
@@ -132,12 +132,12 @@ def _cmd_estimate(args) -> int:
         notes.append(f"payload: a point mass at the tool frame's origin, estimated online from {m0:g} kg "
                      f"(standard deviation {max(m0, 1.0):g} kg at the start)")
     external_std = _positive(args.external_std, "--external-std", "a random-walk intensity [N m / sqrt(s)]") if args.external_std else 5.0
-    u = {"torque": log.tau, "current": log.I, "voltage": log.V}[kind]
+    u = getattr(log, field)
     try:
         est = extended_kalman_filter(arm, u[:-1], np.concatenate([columns[name] for name in measure], axis=1),
                                      dt=dt, q0=log.q[0], qd0=log.dq[0] if log.dq is not None else None, torque_std=torque_std,
                                      position_std=position_std, external_std=external_std, measure=measure, input=kind, **extra)
-        applied = _applied(arm, kind, log, est.qd) + (est.actuator if est.actuator is not None else 0.0)
+        applied = _applied(arm, kind, u, est.qd) + (est.actuator if est.actuator is not None else 0.0)
         obs = momentum_observer(arm, log.t, est.q, est.qd, applied, gain=gain)
     except ValueError as exc:
         raise CommandError(f"cannot estimate from {where}: {_one_line(exc)}") from None
@@ -155,15 +155,16 @@ def _cmd_estimate(args) -> int:
                      "(give --contact-free-until T to set them from contact-free data)")
     contact = detect_contact(obs.residual, threshold)
     contact[:settle] = False
+    links = contact_link(obs.residual, threshold) * contact
     files = _Outputs()
     try:
         results = dict(t=log.t, q=est.q, qd=est.qd, std=est.std, external_kalman=est.external, external_observer=obs.residual,
-                       contact=contact, contact_link=contact_link(obs.residual, threshold) * contact, threshold=threshold,
+                       contact=contact, contact_link=links, threshold=threshold,
                        nis=est.nis, torque_std=np.broadcast_to(torque_std, (arm.n,)),
                        applied_torque=applied)
         if est.actuator is not None:
-            e0 = 3 * arm.n
-            results.update(drive_error=est.actuator, drive_error_std=est.std[:, e0:e0 + arm.n])
+            _, d0, _ = _blocks(arm.n, external=True, actuator=True)  # the command always estimates external torques
+            results.update(drive_error=est.actuator, drive_error_std=est.std[:, d0:d0 + arm.n])
         if est.parameters is not None:
             results.update(payload_mass=est.parameters[:, 0], payload_mass_std=est.std[:, -1])
         files.write(args.out, lambda f: np.savez(f, **results))
@@ -183,7 +184,6 @@ def _cmd_estimate(args) -> int:
     if est.parameters is not None:
         print(f"payload mass: {est.parameters[-1, 0]:.4g} kg +- {est.std[-1, -1]:.2g} at the end of the log")
     hits = np.flatnonzero(contact)
-    links = contact_link(obs.residual, threshold) * contact
     print("contact: " + ("none detected" if hits.size == 0 else
                          f"{hits.size} samples, first at t = {log.t[hits[0]]:.4g} s, on link {int(links[hits[0]])}"))
     print("wrote " + ", ".join(p for p, _ in outputs))

@@ -133,12 +133,10 @@ def _f_ext_rows(f_ext, T, func):
 
 def _joint_torque(arm, u, qd, input, saturate):
     """Joint torque from the input, exactly as :func:`jaxarm.rollout` applies it."""
-    if input == "voltage":
-        return motors._motor_torque(arm, u, qd)  # Swartz eq 12, voltage clipped at voltage_limit
-    if saturate:
+    if input == "torque" and saturate:
         lim = jnp.asarray(arm.limits.torque, u.dtype)
         return jnp.clip(u, -lim, lim)
-    return u
+    return motors._input_torque(arm, u, qd, input)  # voltage: Swartz eq 12, clipped at voltage_limit
 
 
 def _state_derivative(arm, x, u, input="torque", f_ext=None, saturate=True):

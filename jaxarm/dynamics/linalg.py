@@ -70,37 +70,27 @@ def cholesky_solve_factored_scalars(L, inv_diag, b):
 
 def cholesky_factor(M):
     """The lower Cholesky factor L (n, n) of a symmetric positive definite M (n, n), unrolled
-    (Golub & Van Loan alg. 4.2.1); NaN entries where M is not positive definite."""
+    (Golub & Van Loan alg. 4.2.1, :func:`cholesky_factor_scalars`); NaN entries where M is not
+    positive definite."""
     n = M.shape[-1]
-    L = [[jnp.zeros((), M.dtype)] * n for _ in range(n)]
-    for j in range(n):
-        s = M[j, j]
-        for k in range(j):
-            s = s - L[j][k] * L[j][k]
-        inv = algebra.rsqrt(s)  # NaN where not positive definite; no division (see algebra.rsqrt)
-        L[j][j] = s * inv
-        for i in range(j + 1, n):
-            s = M[i, j]
-            for k in range(j):
-                s = s - L[i][k] * L[j][k]
-            L[i][j] = s * inv
-    return jnp.stack([jnp.stack(row) for row in L])
+    L, _ = cholesky_factor_scalars([[M[i, j] for j in range(n)] for i in range(n)])
+    zero = jnp.zeros((), M.dtype)
+    return jnp.stack([jnp.stack([L[i][j] if j <= i else zero for j in range(n)]) for i in range(n)])
 
 
 def cholesky_solve_factored(L, B):
     """Solve L L^T X = B for X, B (n,) or (n, m), by two unrolled triangular substitutions."""
     n = L.shape[-1]
-    inv = [1.0 / L[i, i] for i in range(n)]
     y = [None] * n
     for i in range(n):
         s = B[i]
         for k in range(i):
             s = s - L[i, k] * y[k]
-        y[i] = s * inv[i]
+        y[i] = s / L[i, i]
     x = [None] * n
     for i in reversed(range(n)):
         s = y[i]
         for k in range(i + 1, n):
             s = s - L[k, i] * x[k]
-        x[i] = s * inv[i]
+        x[i] = s / L[i, i]
     return jnp.stack(x)

@@ -68,11 +68,26 @@ def motor_current(arm: Arm, V, qd, *, saturate: bool = True):
     _require_motor_model(arm, "motor_current")
     V = checks.joint_vector(V, arm, "V", "motor_current")
     qd = checks.joint_vector(qd, arm, "qd", "motor_current")
+    return _motor_current(arm, V, qd, saturate)
+
+
+def _motor_current(arm: Arm, V, qd, saturate: bool = True):
     dr = arm.drives
     G, Kt, R = (jnp.asarray(x) for x in (dr.gear_ratio, dr.torque_constant, dr.resistance))
     if saturate:
         V = _saturate(arm, V)
     return (V - Kt * G * qd) / R
+
+
+def _input_torque(arm: Arm, u, qd, input: str):
+    """The joint torque the drives produce from an input u at joint velocity qd: a joint torque
+    as it is (``input="torque"``), a motor current through G Kt (``"current"``), or a motor voltage
+    through Swartz eq 12, clipped at the voltage limit (``"voltage"``)."""
+    if input == "current":
+        return jnp.asarray(arm.drives.gear_ratio) * jnp.asarray(arm.drives.torque_constant) * u
+    if input == "voltage":
+        return _motor_torque(arm, u, qd)
+    return u
 
 
 def motor_voltage(arm: Arm, tau, qd):

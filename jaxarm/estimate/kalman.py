@@ -56,6 +56,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg  # noqa: F401  (jax.scipy.linalg.block_diag)
 import numpy as np
 
 from ..core.xla import jit
@@ -68,16 +69,6 @@ from ..simulate.batch import _ConstantArm
 
 SENSORS = ("q", "qd", "tau", "current")
 INPUTS = ("torque", "current", "voltage")
-
-
-def _drive_torque(arm: Arm, u, qd, input: str):
-    """The joint torque the drives produce from the logged input u at joint velocity qd."""
-    if input == "current":
-        dr = arm.drives
-        return jnp.asarray(dr.gear_ratio) * jnp.asarray(dr.torque_constant) * u
-    if input == "voltage":
-        return motors._motor_torque(arm, u, qd)  # Swartz eq 12, voltage clipped at voltage_limit
-    return u
 
 
 def _blocks(n: int, external: bool, actuator: bool):
@@ -110,7 +101,7 @@ def _transition(arm: Arm, x, u, dt, method, external: bool, parameters=None, *, 
     extra = e + d + (0.0 if w is None else w)
 
     def accel(t, a, b):
-        return _forward_dynamics(arm, a, b, _drive_torque(arm, u, b, input) + extra)
+        return _forward_dynamics(arm, a, b, motors._input_torque(arm, u, b, input) + extra)
 
     q1, qd1, _ = integrators.get_method(method)(accel, 0.0, q, qd, dt)
     return jnp.concatenate([q1, qd1, x[2 * n:]])
@@ -127,13 +118,11 @@ def _measurement(arm: Arm, x, u, measure, input: str, external: bool, actuator: 
         elif name == "qd":
             out.append(qd)
         elif name == "tau":  # link side of the drive: its torque less its friction and rotor inertia
-            drive = _drive_torque(arm, u, qd, input) + d
+            drive = motors._input_torque(arm, u, qd, input) + d
             qdd = _forward_dynamics(arm, q, qd, drive + e)
             out.append(drive - drives._friction_torques(arm, qd) - drives._reflected_inertia(arm) * qdd)
         else:  # "current" under voltage input (Swartz eq 11)
-            dr = arm.drives
-            G, Kt, R = (jnp.asarray(v) for v in (dr.gear_ratio, dr.torque_constant, dr.resistance))
-            out.append((motors._saturate(arm, u) - Kt * G * qd) / R)
+            out.append(motors._motor_current(arm, u, qd))
     return jnp.concatenate(out)
 
 
@@ -172,11 +161,8 @@ def _unscented_predict(f, x, P, torque_var):
     unscented transform (module docstring), and the statistically linearized F = cov(x, x-)^T P^-1."""
     d, n = x.shape[0], torque_var.shape[0]
     D = d + n
-    L = jnp.linalg.cholesky(P)
-    scale = jnp.sqrt(jnp.asarray(D, x.dtype))
-    dx = scale * jnp.concatenate([L.T, jnp.zeros((n, d), x.dtype)])  # rows: the offsets of the D directions
-    dw = scale * jnp.concatenate([jnp.zeros((d, n), x.dtype), jnp.diag(jnp.sqrt(torque_var))])
-    dx, dw = jnp.concatenate([dx, -dx]), jnp.concatenate([dw, -dw])  # 2D points, weights 1 / (2D)
+    offsets = _sigma_offsets(jax.scipy.linalg.block_diag(P, jnp.diag(torque_var)))  # 2D points, weights 1 / (2D)
+    dx, dw = offsets[:, :d], offsets[:, d:]
     Y = jax.vmap(lambda a, b: f(x + a, b))(dx, dw)
     mean = jnp.mean(Y, axis=0)
     dY = Y - mean
@@ -410,10 +396,6 @@ def kalman_filter(
             raise ValueError(f"{func}: {name}: expected finite values")
     if not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"{func}: dt: expected a positive time step, got {dt!r}")
-    for name, std, what in (("qd", velocity_std, "velocity_std"), ("tau", torque_sensor_std, "torque_sensor_std"),
-                            ("current", current_std, "current_std")):
-        if name in measure and std is None:
-            raise ValueError(f"{func}: {what}: required when {name!r} is measured")
 
     # filter settings per filter: a noise setting given as a (B, size) array runs B filters, one per row
     # (on one log, or on B logs), in the same vmap-ed call
@@ -452,6 +434,8 @@ def kalman_filter(
     for name, std, what in (("qd", velocity_std, "velocity_std"), ("tau", torque_sensor_std, "torque_sensor_std"),
                             ("current", current_std, "current_std")):
         if name in measure:
+            if std is None:
+                raise ValueError(f"{func}: {what}: required when {name!r} is measured")
             sensor_var[name] = positive(std, what, n) ** 2
     R_diag = np.concatenate([each(sensor_var[name]) for name in measure], axis=-1)
     R = R_diag[..., :, None] * np.eye(R_diag.shape[-1])
@@ -488,7 +472,7 @@ def kalman_filter(
 
     q0 = start(q0, "q0")
     qd0 = start(np.zeros(n) if qd0 is None else qd0, "qd0")
-    k = (2 + external + actuator) * n
+    e0, d0, k = _blocks(n, external, actuator)
     x0 = np.concatenate([q0, qd0] + [np.zeros(lead + (n,))] * (external + actuator)
                         + ([np.broadcast_to(theta0, lead + (p,))] if p else []), axis=-1)
     if initial_std is None:
@@ -508,8 +492,7 @@ def kalman_filter(
     def cast(a):
         return jnp.asarray(a, dtype)
 
-    walk_var = np.concatenate([each(ext_var), each(act_var), each(walk)], axis=-1) if per_filter else \
-        np.concatenate([ext_var, act_var, walk])
+    walk_var = np.concatenate([each(ext_var), each(act_var), each(walk)], axis=-1)
     data = (cast(u), cast(z), cast(x0), cast(std0[..., :, None] ** 2 * np.eye(std0.shape[-1])), cast(float(dt)),
             cast(each(torque_var)), cast(walk_var), cast(R))
     if checks.concrete(arm):  # compiled in (folded), once per arm value
@@ -524,7 +507,6 @@ def kalman_filter(
             run = jax.vmap(_filter, in_axes=(None, 0, 0, 0, s_ax, None, s_ax, s_ax, s_ax, None))
         xs, Ps, nis = run(arm_d, *data, cfg)
     xs, Ps = np.asarray(xs), np.asarray(Ps)
-    e0, d0, _ = _blocks(n, external, actuator)
     return KalmanEstimate(q=xs[..., :n], qd=xs[..., n:2 * n], external=xs[..., e0:e0 + n] if external else None,
                           covariance=Ps, std=np.sqrt(np.einsum("...kii->...ki", Ps)), nis=np.asarray(nis),
                           parameters=xs[..., k:] if p else None, smoothed=bool(smooth), variant=variant,
