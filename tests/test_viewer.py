@@ -82,7 +82,7 @@ def test_a_headless_browser_draws_the_arm(tmp_path):
     arm = jaxarm.load_arm("puma560")
     t, q = _run(arm)
     page = tmp_path / "view.html"
-    page.write_text(html_view(arm, None, [("first", t, q), ("second", t, 0.5 * q)], targets=[[0.3, 0.2, 0.5]]))
+    page.write_text(html_view(arm, None, [("first", t, q), ("second", t, 0.5 * q)], targets=[[0.3, 0.2, 0.5]], visuals=()))
     data = _page_data(page.read_text())
     expected = 0
     for run in data["runs"]:
@@ -194,3 +194,67 @@ def test_an_mp4_holds_every_frame_of_the_animation(tmp_path, capsys):
     assert main(["simulate", "two_link_planar", "--duration", "0.1", "--dt", "0.01", "--out", str(tmp_path / "x.npz"),
                  "--animate", str(tmp_path / "x.avi")]) == 2
     assert "expected a .gif or .mp4 file" in capsys.readouterr().err and not (tmp_path / "x.npz").exists()
+
+
+@pytest.mark.parametrize("name", ["puma560", "panda", "stanford_arm", "rp_arm"])
+def test_solid_links_follow_the_kinematics(name):
+    """Each link cylinder of an arm file, carried by its body through a new configuration, still
+    joins the two stick-figure points it was built on; each joint drum sits on its joint's axis."""
+    from jaxarm.cli.drawing import _skeletons, link_meshes
+
+    arm = jaxarm.load_arm(name)
+    visuals = link_meshes(arm)
+    q = np.random.default_rng(0).uniform(-0.5, 0.5, arm.n) + 0.3
+    points, _, _, _, frames = _skeletons(arm, q[None])
+    points, frames = points[0], frames[0]
+    links = [v for v in visuals if v.link.startswith("segment")]
+    strokes = sum(kind == "prismatic" for kind in arm.joint_types)
+    lengths = np.linalg.norm(np.diff(points, axis=0), axis=1)
+    assert len(links) >= int(np.sum(lengths > 1e-6)) - strokes
+    assert len(links) >= (3 if arm.n >= 6 else 0)
+    for v in links:
+        T = frames[v.body]
+        caps = np.asarray(v.vertices)[-2:] @ T[:3, :3].T + T[:3, 3]  # the cylinder's two cap centres
+        j = int(v.link.split()[1])
+        assert np.allclose(caps, points[j:j + 2], atol=1e-9) or np.allclose(caps[::-1], points[j:j + 2], atol=1e-9), v.link
+    drums = [v for v in visuals if v.link.startswith("joint")]
+    assert len(drums) == arm.n
+    for v in drums:
+        T = frames[v.body]
+        centre = np.asarray(v.vertices).mean(axis=0) @ T[:3, :3].T + T[:3, 3]
+        assert np.allclose(centre, T[:3, 3], atol=1e-9)
+
+
+def test_arm_files_are_drawn_solid_in_every_format(tmp_path, capsys):
+    """`jaxarm view` draws an arm file's links as shaded cylinders in the page and the picture;
+    --no-meshes keeps the stick figure."""
+    from PIL import Image
+
+    from jaxarm.cli.drawing import JOINT_COLOR
+
+    q = "0,0.5,-0.8,0,0.6,0"
+    assert main(["view", "puma560", "--q", q, "--out", str(tmp_path / "p.html")]) == 0
+    assert "cylinders from the kinematics" in capsys.readouterr().out
+    data = _page_data((tmp_path / "p.html").read_text())
+    assert len(data["meshes"]) >= 6 + 1 + 3 and all(len(m["f"]) > 0 for m in data["meshes"])
+    assert main(["view", "puma560", "--q", q, "--out", str(tmp_path / "s.html"), "--no-meshes"]) == 0
+    assert _page_data((tmp_path / "s.html").read_text())["meshes"] == []
+    drum = np.array([int(JOINT_COLOR[k:k + 2], 16) for k in (1, 3, 5)])
+    counts = []
+    for flag in ([], ["--no-meshes"]):
+        out = tmp_path / f"p{len(flag)}.png"
+        assert main(["view", "puma560", "--q", q, "--out", str(out), *flag]) == 0
+        px = np.asarray(Image.open(out).convert("RGB"), dtype=float).reshape(-1, 3)
+        # shaded drum colour: a multiple of the base colour between 0.45 and 1
+        ratio = px / drum
+        shaded = (np.ptp(ratio, axis=1) < 0.06) & (ratio.mean(axis=1) > 0.45) & (ratio.mean(axis=1) < 1.01)
+        counts.append(int(shaded.sum()))
+    assert counts[0] > 2000 and counts[1] < 200, counts
+
+
+def test_a_headless_browser_draws_solid_links(tmp_path, capsys):
+    assert main(["view", "panda", "--q", "0,-0.785,0,-2.356,0,1.571,0.785", "--out", str(tmp_path / "p.html")]) == 0
+    capsys.readouterr()
+    faces = sum(len(m["f"]) // 3 for m in _page_data((tmp_path / "p.html").read_text())["meshes"])
+    dom = _chromium(f"file://{tmp_path / 'p.html'}", tmp_path, "--dump-dom")
+    assert f'data-triangles="{faces}"' in re.search(r"<body[^>]*>", dom).group(0)

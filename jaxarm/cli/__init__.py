@@ -251,8 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--traj", nargs="+", metavar="RESULTS.npz", help="runs to play (jaxarm simulate --out, or any .npz with t and q)")
     p.add_argument("--target", help="points to mark, x,y,z in metres (several: x1,y1,z1,x2,...)", **vec)
     p.add_argument("--title", help="title of the page or picture (default: the arm's name)")
-    p.add_argument("--no-meshes", action="store_true", help="draw a URDF arm as a stick figure only (default: its visual meshes "
-                   "too: STL, OBJ or COLLADA; a visual that cannot be read falls back to the link's collision mesh)")
+    p.add_argument("--no-meshes", action="store_true", help="draw the arm as a stick figure only (default: a URDF's visual meshes "
+                   "in the .html page: STL, OBJ or COLLADA, a visual that cannot be read falls back to the link's collision mesh; "
+                   "elsewhere, and for arm files, the links as shaded cylinders from the kinematics)")
     p.add_argument("--out", required=True, metavar="FILE", help="FILE.html, FILE.png, FILE.gif or FILE.mp4")
     p.add_argument("--force", action="store_true", help="replace output files that already exist (default: refuse)")
     p.set_defaults(func=_cmd_view)

@@ -87,8 +87,10 @@ def _cmd_view(args) -> int:
 
             visuals, mesh_notes = arm_visuals(args.arm, arm, not args.no_meshes)
             notes += mesh_notes
-            if visuals:
+            if visuals and visuals[0].source != "kinematics":
                 notes.append(f"drew {len(visuals)} meshes ({sum(len(v.faces) for v in visuals)} triangles) from {os.path.basename(args.arm)}")
+            elif visuals:
+                notes.append("drew the links as cylinders from the kinematics (--no-meshes: the stick figure)")
             page = html_view(arm, q, runs, targets=targets, title=args.title, visuals=visuals)
             files.write(args.out, lambda f: f.write(page.encode("utf-8")))
         elif ext == ".png":
@@ -98,12 +100,13 @@ def _cmd_view(args) -> int:
             at = q if q is not None else qs[-1]
             path = None if qs is None else _tool_path(arm, qs)
             files.write(args.out, lambda f: draw_arm(arm, at, f, tool_path=path, target=targets[0] if targets else None,
-                                                     title=args.title))
+                                                     title=args.title, solid=not args.no_meshes))
         else:
             from .drawing import animate_arm
 
             _, t, qs = runs[0]
-            files.write(args.out, lambda f: animate_arm(arm, t, qs, f, target=targets[0] if targets else None, format=ext[1:]))
+            files.write(args.out, lambda f: animate_arm(arm, t, qs, f, target=targets[0] if targets else None, format=ext[1:],
+                                                       solid=not args.no_meshes))
         files.commit()
     except OSError as exc:
         raise CommandError(f"cannot write {args.out}: {_one_line(exc)}", EXIT_FAILURE) from None

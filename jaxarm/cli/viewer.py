@@ -1,8 +1,9 @@
 """An interactive 3-D view of an arm in the browser: one self-contained HTML file.
 
 The page holds the arm's stick figure (the same drawing as :mod:`jaxarm.cli.drawing`: the DH
-offsets as segments, joints as dots, base and tool frames as red/green/blue triads) at every
-frame of one or many trajectories, the tool paths and the targets, and draws them with a few
+offsets as segments, joints as dots, base and tool frames as red/green/blue triads) with its
+solid links around it (a URDF's meshes, or cylinders and joint drums from the kinematics) at
+every frame of one or many trajectories, the tool paths and the targets, and draws them with a few
 hundred lines of plain JavaScript on a 2-D canvas: drag to turn, wheel to zoom, play/pause,
 a time slider, playback speed, one checkbox per trajectory. Nothing is loaded from elsewhere,
 so it opens offline and can be attached to a mail or a report. The kinematics are evaluated in
@@ -59,26 +60,39 @@ def _run(arm, label, t, q, poses=False):
 def arm_visuals(spec: str, arm, meshes: bool = True):
     """The meshes to draw for the arm the command line loaded from ``spec``: a URDF file's visual
     geometry (:func:`jaxarm.model.visuals.urdf_visuals`, the same chain as :func:`jaxarm.load_arm`
-    reads), nothing for arm files. Returns (visuals, notes)."""
+    reads); for arm files (and URDFs without visual geometry) cylinders and joint drums from the
+    kinematics (:func:`jaxarm.cli.drawing.link_meshes`). ``meshes=False``: none (the stick
+    figure). Returns (visuals, notes)."""
     import os
 
-    if not meshes or not str(spec).lower().endswith(".urdf") or not os.path.exists(spec):
+    if not meshes:
         return [], []
-    from ..model.visuals import urdf_visuals
+    notes = []
+    if str(spec).lower().endswith(".urdf") and os.path.exists(spec):
+        from ..model.visuals import urdf_visuals
 
-    visuals, notes = urdf_visuals(spec)
-    if any(v.body > arm.n for v in visuals):
-        return [], ["the URDF's links do not match the arm's bodies; meshes not drawn"]
-    return visuals, notes
+        visuals, notes = urdf_visuals(spec)
+        if any(v.body > arm.n for v in visuals):
+            visuals, notes = [], ["the URDF's links do not match the arm's bodies; drew its links from the kinematics"]
+        if visuals:
+            return visuals, notes
+    from .drawing import link_meshes
+
+    return link_meshes(arm), notes
 
 
-def html_view(arm, q=None, runs=(), *, targets=(), title=None, visuals=()) -> str:
+def html_view(arm, q=None, runs=(), *, targets=(), title=None, visuals=None) -> str:
     """The page (a string) showing ``arm`` at ``q`` (n,) and/or along ``runs``: a sequence of
     ``(label, t, q)`` with t (F,) in seconds and q (F, n). ``targets``: points (3,) in the world
     frame to mark. ``visuals``: the links' meshes (:func:`jaxarm.model.visuals.urdf_visuals`),
-    drawn as shaded surfaces around the stick figure. At most 64 runs; each is subsampled to at
-    most 1000 frames."""
+    drawn as shaded surfaces around the stick figure; None (the default): cylinders and joint
+    drums from the kinematics (:func:`jaxarm.cli.drawing.link_meshes`); ``()``: the stick figure
+    alone. At most 64 runs; each is subsampled to at most 1000 frames."""
     runs = list(runs)
+    if visuals is None:
+        from .drawing import link_meshes
+
+        visuals = link_meshes(arm)
     if q is None and not runs:
         q = np.zeros(arm.n)
     if q is not None:
