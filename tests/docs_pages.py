@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 SKIP = "<!-- not run -->"  # put on the line before a block that only shows code
+ELSEWHERE = "<!-- run by "  # "<!-- run by tests/x.py -->": a block that test runs (e.g. as two processes)
 
 
 def blocks(path, language: str | None = None):
@@ -27,13 +28,22 @@ def blocks(path, language: str | None = None):
     out = []
     for m in FENCE.finditer(text):
         before = text[: m.start()].rstrip().splitlines()[-1:] or [""]
-        if before[0].strip() == SKIP:
+        if before[0].strip() == SKIP or before[0].strip().startswith(ELSEWHERE):
             continue
         if language is None:
             out.append((m.group(1), m.group(2)))
         elif m.group(1) == language:
             out.append(m.group(2))
     return out
+
+
+def block_run_by(path, test_file: str) -> str:
+    """The one block of the page marked ``<!-- run by tests/<test_file> -->``, for that test to run."""
+    text = Path(path).read_text(encoding="utf-8")
+    found = [m.group(2) for m in FENCE.finditer(text)
+             if (text[: m.start()].rstrip().splitlines()[-1:] or [""])[0].strip() == f"{ELSEWHERE}tests/{test_file} -->"]
+    assert len(found) == 1, f"{path}: expected one block marked {ELSEWHERE}tests/{test_file} -->, found {len(found)}"
+    return found[0]
 
 
 def _commands(code: str):

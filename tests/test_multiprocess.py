@@ -57,16 +57,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_shard_a_batch_and_agree_with_one(tmp_path):
-    jax = pytest.importorskip("jax")
-    import jaxarm
-
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = str(_free_port())
+def _run_two(script, args):
+    """Run ``script`` as processes 0 and 1 (argv: the id, then ``args(i)``); their outputs."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), JAXARM_CACHE_DIR="off")
     env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(script), str(i), "2", port, str(tmp_path / f"out{i}.npz")], env=env,
+    procs = [subprocess.Popen([sys.executable, str(script), str(i), *args(i)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
     outputs = []
     for p in procs:
@@ -80,6 +75,17 @@ def test_two_processes_shard_a_batch_and_agree_with_one(tmp_path):
         if p.returncode != 0 and ("gloo" in text.lower() and "not" in text.lower() and "support" in text.lower()):
             pytest.skip("this jaxlib has no Gloo CPU collectives")
         assert p.returncode == 0, text[-3000:]
+    return outputs
+
+
+def test_two_processes_shard_a_batch_and_agree_with_one(tmp_path):
+    jax = pytest.importorskip("jax")
+    import jaxarm
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    port = str(_free_port())
+    _run_two(script, lambda i: ["2", port, str(tmp_path / f"out{i}.npz")])
 
     arm = jaxarm.load_arm("two_link_planar")
     B, T, dt = 6, 200, 2e-3
@@ -94,3 +100,31 @@ def test_two_processes_shard_a_batch_and_agree_with_one(tmp_path):
             np.testing.assert_allclose(got[k], np.asarray(getattr(ref, k)), rtol=0, atol=1e-12, err_msg=f"process {i}: {k}")
         assert "batch element 5" in str(got["diverged"]), str(got["diverged"])
     assert not np.allclose(ref.q[0], ref.q[1])
+
+
+def test_the_guides_worker_runs_as_written(tmp_path):
+    """The two-process script of docs/guide/simulation.md, as the page shows it (only its port made
+    free): both processes hold half the batch and print the single-process run's checksum."""
+    jax = pytest.importorskip("jax")
+    import re
+
+    import jaxarm
+    from docs_pages import block_run_by
+
+    code = block_run_by(ROOT / "docs/guide/simulation.md", "test_multiprocess.py")
+    assert "localhost:12355" in code
+    script = tmp_path / "worker.py"
+    script.write_text(code.replace("localhost:12355", f"localhost:{_free_port()}"))
+    outputs = _run_two(script, lambda i: [])
+    arm = jaxarm.load_arm("puma560")  # float64 (conftest), as the script asks
+    rng = np.random.default_rng(0)
+    q0 = rng.uniform(-0.3, 0.3, (64, arm.n))
+    torques = rng.uniform(-5.0, 5.0, (64, 500, arm.n))
+    ref = jax.jit(jax.vmap(lambda q, u: jaxarm.rollout(arm, q, np.zeros(arm.n), u, 1e-3).q))(q0, torques)
+    sums = []
+    for i, text in enumerate(outputs):
+        m = re.search(rf"process {i} of 2: held 32 runs, gathered q \(64, 501, 6\), checksum (\S+)", text)
+        assert m, text[-2000:]
+        sums.append(float(m.group(1)))
+    assert sums[0] == sums[1]
+    np.testing.assert_allclose(sums[0], float(np.sum(np.asarray(ref))), rtol=1e-12)

@@ -446,16 +446,21 @@ def _arm_from_dict(data: Mapping, where: str, default_name: str) -> Arm:
 
 
 def _check_consistency(arm: Arm, where: str, strict: bool, stacklevel: int = 2) -> None:
-    """Warn (or with strict=True raise) for every physically inconsistent link and the payload;
-    a massless link (no mass, no inertia) is an idealisation, not an inconsistency."""
-    for label, report in consistency_report(arm, drives=True).items():
-        if report.ok or report.massless:
-            continue
+    """One warning (or with strict=True an error) naming every physically inconsistent link, the
+    payload and the drives, each with its first problem (``jaxarm.consistency_report`` lists them
+    all); a massless link (no mass, no inertia) is an idealisation, not an inconsistency."""
+    bad = [(label, report) for label, report in consistency_report(arm, drives=True).items()
+           if not (report.ok or report.massless)]
+    if not bad:
+        return
+    if strict:
+        label, report = bad[0]
         kind = "drive parameters" if label.startswith("drive") else "inertial parameters"
-        msg = f"{where}: {label}: physically inconsistent {kind}: {'; '.join(report.problems)}"
-        if strict:
-            raise ArmFileError(msg + " (strict=True)")
-        warnings.warn(msg, PhysicalConsistencyWarning, stacklevel=stacklevel)
+        raise ArmFileError(f"{where}: {label}: physically inconsistent {kind}: {'; '.join(report.problems)} (strict=True)")
+    first = "; ".join(f"{label}: {report.problems[0].split('; ')[0]}" for label, report in bad)
+    msg = (f"{where}: physically inconsistent parameters ({first}). Simulation runs; identification needs "
+           f"repair=True, MJCF export refuses; jaxarm.consistency_report(arm) says more.")
+    warnings.warn(msg, PhysicalConsistencyWarning, stacklevel=stacklevel)
 
 
 def load_arm(name_or_path, *, strict: bool = False, **urdf_options) -> Arm:
