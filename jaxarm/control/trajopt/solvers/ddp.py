@@ -161,10 +161,19 @@ def _box_qp(H, g, lo, hi, iterations: int = 10):
         done = jnp.all(jnp.abs(x_new - x) <= tiny * (1.0 + jnp.abs(x)))
         return i + 1, x_new, done
 
-    _, x, _ = jax.lax.while_loop(lambda c: (c[0] < iterations) & ~c[2], body,
-                                 (jnp.asarray(0), jnp.clip(jnp.zeros_like(g), lo, hi), jnp.asarray(False)))
-    free, _ = free_set(x)
-    return x, free, factor(free)
+    def projected_newton(start):
+        _, x, _ = jax.lax.while_loop(lambda c: (c[0] < iterations) & ~c[2], body, (jnp.asarray(0), start, jnp.asarray(False)))
+        free, _ = free_set(x)
+        return x, free, factor(free)
+
+    # the unconstrained minimizer first: inside the box (the usual case, no bound active) it is the
+    # answer, and the free set and factor are the whole H's; otherwise projected Newton starts from
+    # its projection onto the box
+    L = linalg.cholesky_factor(H)
+    x = -linalg.cholesky_solve_factored(L, g)
+    inside = jnp.all((x >= lo) & (x <= hi)) & jnp.all(jnp.isfinite(x))
+    start = jnp.clip(jnp.where(jnp.isfinite(x), x, 0.0), lo, hi)
+    return jax.lax.cond(inside, lambda: (x, jnp.ones(m, bool), L), lambda: projected_newton(start))
 
 
 # --------------------------------------------------------------------------- solver
