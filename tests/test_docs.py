@@ -10,6 +10,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,6 +77,7 @@ def test_page_runs_as_written(page, tmp_path, compile_cache):
                 pytest.skip(f"{p} reads {PANDA_LOG.name} (Gaz et al. 2019), not found at {PANDA_LOG}")
             (folder / PANDA_LOG.name).symlink_to(PANDA_LOG)
         code, output, seconds = run_page(DOCS / p, folder, cache_dir=compile_cache)
+        print(f"{p}: {seconds:.0f} s")
         assert code == 0, f"{p} failed after {seconds:.0f} s:\n{output[-4000:]}"
         assert output.strip(), f"{p} printed nothing"
         assert "Traceback" not in output
@@ -180,3 +182,89 @@ def test_site_builds_strictly(tmp_path):
     assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
     assert "inverse_dynamics" in api and "rollout" in api
+
+
+PARSE_ONLY = r"""
+import argparse, contextlib, io, json, os, runpy, sys
+
+class _Parsed(Exception):
+    pass
+
+_parse, _parse_known = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
+_inside = []
+
+def _parse_and_stop(self, *args, **kwargs):
+    _inside.append(1)
+    try:
+        _parse(self, *args, **kwargs)  # exits with the parser's message on an unknown option
+    finally:
+        _inside.pop()
+    raise _Parsed
+
+def _parse_known_and_stop(self, *args, **kwargs):
+    out = _parse_known(self, *args, **kwargs)
+    if _inside:
+        return out
+    raise _Parsed
+
+argparse.ArgumentParser.parse_args = _parse_and_stop
+argparse.ArgumentParser.parse_known_args = _parse_known_and_stop
+results = []
+for script, args in json.loads(sys.argv[1]):
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(script))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(script, run_name="__main__")
+        results.append([script, args, "ran without parsing its arguments"])
+    except _Parsed:
+        results.append([script, args, None])
+    except SystemExit as exc:
+        results.append([script, args, f"exit {exc.code}: {err.getvalue()[-800:]}"])
+    finally:
+        sys.path.pop(0)
+print(json.dumps(results))
+"""
+
+
+def _experiment_commands():
+    """The ``python experiments/...`` and ``python benchmarks/...`` lines of the docs' shell blocks
+    (the measured experiments; minutes to tens of minutes each), as (page, script, arguments)."""
+    import shlex
+    from docs_pages import FENCE
+
+    found = []
+    for path in sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]:
+        for m in FENCE.finditer(path.read_text(encoding="utf-8")):
+            if m.group(1) not in ("bash", "sh"):
+                continue
+            text = re.sub(r"\\\n\s*", " ", m.group(2))  # continued lines
+            for line in text.splitlines():
+                line = line.split("#", 1)[0].split(">", 1)[0].strip()
+                hit = re.match(r"(?:PYTHONPATH=\S+ )?python3? ((?:experiments|benchmarks)/\S+\.py)(.*)$", line)
+                if not hit or "..." in line:
+                    continue
+                args = [a.strip("[]") for a in shlex.split(hit.group(2))]
+                found.append((str(path.relative_to(ROOT)), hit.group(1), args))
+    return found
+
+
+def test_every_experiment_the_docs_name_exists_and_takes_the_options_shown():
+    """The experiments take minutes each, so they are not run here; each command the docs show
+    must name an existing script whose argument parser accepts the options as written (all of
+    them in one process, each stopped right after its arguments are parsed)."""
+    import json
+
+    commands = _experiment_commands()
+    assert len(commands) >= 15
+    for page, script, _ in commands:
+        assert (ROOT / script).is_file(), f"{page}: {script} does not exist"
+    todo = sorted({(str(ROOT / script), tuple(args)) for _, script, args in commands})
+    out = subprocess.run([sys.executable, "-c", PARSE_ONLY, json.dumps(todo)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(results) == len(todo)
+    failed = [f"python {Path(script).relative_to(ROOT)} {' '.join(args)}: {why}" for script, args, why in results if why]
+    assert not failed, "\n".join(failed)
