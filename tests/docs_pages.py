@@ -21,14 +21,19 @@ SKIP = "<!-- not run -->"  # put on the line before a block that only shows code
 ELSEWHERE = "<!-- run by "  # "<!-- run by tests/x.py -->": a block that test runs (e.g. as two processes)
 
 
+def _marker(text: str, match) -> str:
+    """The line just before a fenced block (where its ``<!-- ... -->`` marker goes), stripped."""
+    return (text[: match.start()].rstrip().splitlines()[-1:] or [""])[0].strip()
+
+
 def blocks(path, language: str | None = None):
     """The fenced blocks of the page, in order, as (language, code), minus those marked SKIP;
     with ``language``, only that language's code."""
     text = Path(path).read_text(encoding="utf-8")
     out = []
     for m in FENCE.finditer(text):
-        before = text[: m.start()].rstrip().splitlines()[-1:] or [""]
-        if before[0].strip() == SKIP or before[0].strip().startswith(ELSEWHERE):
+        before = _marker(text, m)
+        if before == SKIP or before.startswith(ELSEWHERE):
             continue
         if language is None:
             out.append((m.group(1), m.group(2)))
@@ -40,8 +45,7 @@ def blocks(path, language: str | None = None):
 def block_run_by(path, test_file: str) -> str:
     """The one block of the page marked ``<!-- run by tests/<test_file> -->``, for that test to run."""
     text = Path(path).read_text(encoding="utf-8")
-    found = [m.group(2) for m in FENCE.finditer(text)
-             if (text[: m.start()].rstrip().splitlines()[-1:] or [""])[0].strip() == f"{ELSEWHERE}tests/{test_file} -->"]
+    found = [m.group(2) for m in FENCE.finditer(text) if _marker(text, m) == f"{ELSEWHERE}tests/{test_file} -->"]
     assert len(found) == 1, f"{path}: expected one block marked {ELSEWHERE}tests/{test_file} -->, found {len(found)}"
     return found[0]
 

@@ -125,7 +125,7 @@ def link_meshes(arm, radius: float | None = None):
     return out
 
 
-def _mesh_polygons(visuals, frames, tint=None):
+def _mesh_polygons(visuals, frames):
     """The triangles of ``visuals`` placed by ``frames`` (n+1, 4, 4) (frame 0: the base) in the
     world: (K, 3, 3) and their face colours (K, 4), flat-shaded by the angle to a fixed light."""
     tris, colours = [], []
@@ -137,7 +137,7 @@ def _mesh_polygons(visuals, frames, tint=None):
         nrm = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
         nrm /= np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-300)
         shade = 0.45 + 0.55 * np.abs(nrm @ light)
-        base = np.array([int((tint or vis.color or "#b4b4b4")[k:k + 2], 16) for k in (1, 3, 5)]) / 255.0
+        base = np.array([int((vis.color or "#b4b4b4")[k:k + 2], 16) for k in (1, 3, 5)]) / 255.0
         colours.append(np.c_[np.clip(shade[:, None] * base, 0, 1), np.ones(len(tri))])
         tris.append(tri)
     return np.concatenate(tris), np.concatenate(colours)
