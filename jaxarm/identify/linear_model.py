@@ -280,14 +280,18 @@ def _chunked(kernel, arm, q, qd, qdd, *static):
     returns an array or a tuple of arrays with the batch axis first."""
     arm = arm.replace(name="")
     N = q.shape[0]
+    # The chunks are cut and padded on the host: slicing a device array at each start would
+    # dispatch (and compile) one small slicing program per distinct start.
+    q, qd, qdd = (np.asarray(x) for x in (q, qd, qdd))
     out = []
     for start in range(0, N, _CHUNK):
         parts = [x[start : start + _CHUNK] for x in (q, qd, qdd)]
         size = parts[0].shape[0]
         padded = _SMALL if N <= _SMALL else _CHUNK
         if padded > size:
-            parts = [jnp.concatenate([x, jnp.repeat(x[-1:], padded - size, axis=0)]) for x in parts]
-        out.append(jax.tree_util.tree_map(lambda x: x[:size], kernel(arm, *parts, *static)))
+            parts = [np.concatenate([x, np.repeat(x[-1:], padded - size, axis=0)]) for x in parts]
+        result = kernel(arm, *parts, *static)
+        out.append(result if size == padded else jax.tree_util.tree_map(lambda x: x[:size], result))
     if len(out) == 1:
         return out[0]
     return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *out)
