@@ -146,7 +146,7 @@ from .control.lqr import TVLQR, tvlqr, tvlqr_controller, tvlqr_tracking
 from .control.inverse_kinematics import IKResult, inverse_kinematics, rotation_vector
 from .control import resolved_rate  # the module: jaxarm.resolved_rate.resolved_rate(...), .resolved_rate_motion(...)
 from .control import trajopt  # jaxarm.trajopt.shooting / multiple_shooting / ilqr / reach_problem
-from .core.xla import compiler_options, jit  # jax.jit with jaxarm's CPU compiler options (see jaxarm/core/xla.py)
+from .core.xla import compiler_options, enable_compilation_cache, jit  # jax.jit with jaxarm's CPU compiler options (see jaxarm/core/xla.py)
 
 # Module paths of the flat layout before the layers (``jaxarm.arm_files``, ``jaxarm.identification``,
 # ...) name the same modules as before: each is an alias of its module in the layered tree.

@@ -270,26 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _enable_compilation_cache() -> None:
-    """Keep compiled XLA programs in a persistent cache, so only the first run of a command pays
-    the compile time. Location: $JAXARM_CACHE_DIR, else $XDG_CACHE_HOME/jaxarm/xla, else
-    ~/.cache/jaxarm/xla; JAXARM_CACHE_DIR=off disables it. A cache already configured for JAX
-    (JAX_COMPILATION_CACHE_DIR) is left alone."""
-    import jax
+    """The persistent compilation cache of :func:`jaxarm.enable_compilation_cache`, so only the
+    first run of a command pays the compile time."""
+    from ..core.xla import enable_compilation_cache
 
-    setting = os.environ.get("JAXARM_CACHE_DIR")
-    if setting is not None and setting.strip().lower() in ("", "0", "off", "no", "false", "none"):
-        return
-    if jax.config.jax_compilation_cache_dir:
-        return
-    if setting is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        setting = os.path.join(base, "jaxarm", "xla")
-    try:
-        os.makedirs(setting, exist_ok=True)
-    except OSError:
-        return  # no writable cache: compile every time
-    jax.config.update("jax_compilation_cache_dir", setting)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    enable_compilation_cache()
 
 
 def main(argv=None) -> int:

@@ -22,6 +22,7 @@ CPU default backend only, and ``{}`` elsewhere (GPU, TPU). Nothing is set global
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -78,3 +79,40 @@ def jit(fun=None, **kwargs):
         return compiled[key](*args, **kw)
 
     return wrapper
+
+
+_OFF = ("", "0", "off", "no", "false", "none")
+
+
+def enable_compilation_cache(path=None, *, min_compile_time: float = 0.5):
+    """Keep compiled XLA programs in JAX's persistent compilation cache, so that a later process
+    (a rerun of a script, a restarted notebook) loads them instead of compiling again: the first
+    call of a trajectory-optimization solver, or of a long rollout's gradient, then costs its
+    tracing and a load (seconds) instead of the whole compile (tens of seconds on a small CPU).
+
+    Location: ``path``, else $JAXARM_CACHE_DIR, else $XDG_CACHE_HOME/jaxarm/xla, else
+    ~/.cache/jaxarm/xla. ``JAXARM_CACHE_DIR=off`` disables it, and a cache already configured for
+    JAX (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config``) is left as it is. Programs that compile
+    in less than ``min_compile_time`` seconds are not stored. Returns the directory in use (the
+    one already configured, if any), or None when the cache is off or the directory cannot be
+    created. The ``jaxarm`` command calls it on start.
+    """
+    if not (min_compile_time >= 0):
+        raise ValueError(f"enable_compilation_cache: min_compile_time: expected a number >= 0, got {min_compile_time!r}")
+    configured = jax.config.jax_compilation_cache_dir
+    if configured:
+        return str(configured)
+    setting = path if path is not None else os.environ.get("JAXARM_CACHE_DIR")
+    if setting is not None and str(setting).strip().lower() in _OFF:
+        return None
+    if setting is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        setting = os.path.join(base, "jaxarm", "xla")
+    setting = os.fspath(setting)
+    try:
+        os.makedirs(setting, exist_ok=True)
+    except OSError:
+        return None  # no writable cache: compile every time
+    jax.config.update("jax_compilation_cache_dir", setting)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time))
+    return setting
