@@ -594,6 +594,34 @@ def fit_consistent(
     objective decreases by less than ``tol`` (relative) over five iterations or the whitened
     gradient norm falls below ``tol``.
     """
+    return _fit_consistent_weights(
+        arm, q, qd, qdd, tau, prior=prior, regularizations=(regularization,), friction=friction, fit_drives=fit_drives,
+        com_bounds=com_bounds, joint_weights=joint_weights, max_steps=max_steps, tol=tol, memory_size=memory_size,
+        restart_every=restart_every, verbose=verbose, repair=repair)[0]
+
+
+def _fit_consistent_weights(
+    arm: Arm,
+    q,
+    qd,
+    qdd,
+    tau,
+    *,
+    prior: Arm | None = None,
+    regularizations=(1e-3,),
+    friction: str = "viscous-coulomb",
+    fit_drives: bool = True,
+    com_bounds: ComBox | ComSphere | None = None,
+    joint_weights="residual",
+    max_steps: int = 500,
+    tol: float = 1e-10,
+    memory_size: int = 20,
+    restart_every: int = 100,
+    verbose: bool = False,
+    repair: bool = False,
+) -> list:
+    """:func:`fit_consistent` at each weight of ``regularizations`` (same data, same start): the
+    data are reduced once (regressor, QR) for all of them. Returns one ConsistentFit per weight."""
     if not isinstance(arm, Arm):
         raise TypeError(f"fit_consistent: arm: expected a jaxarm.Arm, got {type(arm).__name__}")
     prior = arm if prior is None else prior
@@ -606,8 +634,9 @@ def fit_consistent(
         raise ValueError(f"fit_consistent: expected at least 2 samples, got {len(q)}")
     if friction not in FRICTION_MODELS:
         raise ValueError(f"fit_consistent: friction: expected one of {FRICTION_MODELS}, got {friction!r}")
-    if not (np.isfinite(regularization) and regularization >= 0):
-        raise ValueError(f"fit_consistent: regularization: expected a number >= 0, got {regularization!r}")
+    for regularization in regularizations:
+        if not (np.isfinite(regularization) and regularization >= 0):
+            raise ValueError(f"fit_consistent: regularization: expected a number >= 0, got {regularization!r}")
     if int(max_steps) < 0:
         raise ValueError(f"fit_consistent: max_steps: expected >= 0, got {max_steps}")
     if int(restart_every) < 1 or int(memory_size) < 1:
@@ -732,70 +761,74 @@ def fit_consistent(
         "drives_prior_raw": drive_raw(drives_prior), "sigmoid_prior_raw": sigmoid_raw(phi_prior),
         "stribeck_free": stribeck_free, "stribeck_column": stribeck_column,
         "stribeck_prior_raw": _softplus_inverse(S_prior / s_tau),
-        "lam": np.float64(regularization), "bounds": _bound_arrays(bounds)[1],
+        "bounds": _bound_arrays(bounds)[1],
     }
-    x = {
-        "links": jnp.asarray(np.concatenate([theta0[:, :7], com_free], axis=1)),
-        "drives": jnp.asarray(drive_raw(drives0)),
-        "sigmoid": jnp.asarray(sigmoid_raw(phi_arm)),
-        "stribeck": jnp.asarray(_softplus_inverse(S_start / s_tau)),
-    }
-    consts = jax.tree_util.tree_map(jnp.asarray, consts)
+    shared = jax.tree_util.tree_map(jnp.asarray, consts)
+    fits = []
+    for regularization in regularizations:  # each weight from the same start, on the same reduced data
+        consts = {**shared, "lam": jnp.asarray(np.float64(regularization))}
+        x = {
+            "links": jnp.asarray(np.concatenate([theta0[:, :7], com_free], axis=1)),
+            "drives": jnp.asarray(drive_raw(drives0)),
+            "sigmoid": jnp.asarray(sigmoid_raw(phi_arm)),
+            "stribeck": jnp.asarray(_softplus_inverse(S_start / s_tau)),
+        }
 
-    v = _flatten(x)
-    history, converged, gnorm = [], False, float("nan")
-    message = f"stopped after max_steps = {max_steps} iterations"
-    k = 0
-    while k < int(max_steps) and not converged:
-        # A segment: precondition with the Hessian at v, then L-BFGS from y = 0 (restarted every
-        # restart_every iterations, so the scaling follows the nonlinear map).
-        T = _preconditioner(v, consts, cfg)
-        y = jnp.zeros_like(v)
-        state = _solver(cfg.memory_size).init(y)
-        for _ in range(min(int(restart_every), int(max_steps) - k)):
-            y_new, state_new, value, g = _step(y, state, v, T, consts, cfg)
-            value, g = float(value), float(g)
-            if not np.isfinite(value):
-                message = f"the objective became {value} at iteration {k}; stopped at the last finite point"
-                k = int(max_steps)
-                break
-            history.append(value)
-            gnorm = g
-            if verbose and k % 50 == 0:
-                print(f"fit_consistent: iteration {k}: objective {value:.6g}, |grad| {gnorm:.3g}")
-            if g <= tol:
-                converged, message = True, f"preconditioned gradient norm {g:.3g} <= tol after {k} iterations"
-                break
-            y, state, k = y_new, state_new, k + 1
-            if len(history) > 5 and history[-6] - history[-1] <= tol * max(abs(history[-1]), 1e-300):
-                converged = True
-                message = f"objective decreased by less than tol = {tol:g} (relative) over 5 iterations ({k} iterations)"
-                break
-        v = v + T @ y
-    data_loss, reg_loss, pi, phi, S = _finish(v, consts, cfg)
-    data_loss, reg_loss = float(data_loss), float(reg_loss)
-    history.append(data_loss + reg_loss)
-    fitted = arm_with_parameters(arm, pi)
-    fitted = fitted.replace(drives=dataclasses.replace(fitted.drives, sigmoid_friction=phi))
-    if cfg.fit_stribeck:
-        static = np.where(stribeck_free, np.asarray(S) / np.abs(gear), np.asarray(arm.drives.static_friction))
-        fitted = fitted.replace(drives=dataclasses.replace(fitted.drives, static_friction=static))
-    fitted = jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), fitted)
-    return ConsistentFit(
-        arm=fitted,
-        parameters=np.asarray(standard_parameters(fitted), dtype=np.float64),
-        rmse=torque_rmse(tau, predict_torques(fitted, q, qd, qdd)),
-        rmse_prior=torque_rmse(tau, predict_torques(prior, q, qd, qdd)),
-        loss_history=np.asarray(history),
-        data_loss=data_loss,
-        regularization_loss=reg_loss,
-        consistency=consistency_report(fitted, drives=True),
-        converged=converged,
-        iterations=len(history) - 1,
-        message=message,
-        gradient_norm=gnorm,
-        joint_weights=w,
-        friction=friction,
-        regularization=float(regularization),
-        com_bounds=bounds,
-    )
+        v = _flatten(x)
+        history, converged, gnorm = [], False, float("nan")
+        message = f"stopped after max_steps = {max_steps} iterations"
+        k = 0
+        while k < int(max_steps) and not converged:
+            # A segment: precondition with the Hessian at v, then L-BFGS from y = 0 (restarted every
+            # restart_every iterations, so the scaling follows the nonlinear map).
+            T = _preconditioner(v, consts, cfg)
+            y = jnp.zeros_like(v)
+            state = _solver(cfg.memory_size).init(y)
+            for _ in range(min(int(restart_every), int(max_steps) - k)):
+                y_new, state_new, value, g = _step(y, state, v, T, consts, cfg)
+                value, g = float(value), float(g)
+                if not np.isfinite(value):
+                    message = f"the objective became {value} at iteration {k}; stopped at the last finite point"
+                    k = int(max_steps)
+                    break
+                history.append(value)
+                gnorm = g
+                if verbose and k % 50 == 0:
+                    print(f"fit_consistent: iteration {k}: objective {value:.6g}, |grad| {gnorm:.3g}")
+                if g <= tol:
+                    converged, message = True, f"preconditioned gradient norm {g:.3g} <= tol after {k} iterations"
+                    break
+                y, state, k = y_new, state_new, k + 1
+                if len(history) > 5 and history[-6] - history[-1] <= tol * max(abs(history[-1]), 1e-300):
+                    converged = True
+                    message = f"objective decreased by less than tol = {tol:g} (relative) over 5 iterations ({k} iterations)"
+                    break
+            v = v + T @ y
+        data_loss, reg_loss, pi, phi, S = _finish(v, consts, cfg)
+        data_loss, reg_loss = float(data_loss), float(reg_loss)
+        history.append(data_loss + reg_loss)
+        fitted = arm_with_parameters(arm, pi)
+        fitted = fitted.replace(drives=dataclasses.replace(fitted.drives, sigmoid_friction=phi))
+        if cfg.fit_stribeck:
+            static = np.where(stribeck_free, np.asarray(S) / np.abs(gear), np.asarray(arm.drives.static_friction))
+            fitted = fitted.replace(drives=dataclasses.replace(fitted.drives, static_friction=static))
+        fitted = jax.tree_util.tree_map(lambda v: np.asarray(v, dtype=np.float64), fitted)
+        fits.append(ConsistentFit(
+            arm=fitted,
+            parameters=np.asarray(standard_parameters(fitted), dtype=np.float64),
+            rmse=torque_rmse(tau, predict_torques(fitted, q, qd, qdd)),
+            rmse_prior=torque_rmse(tau, predict_torques(prior, q, qd, qdd)),
+            loss_history=np.asarray(history),
+            data_loss=data_loss,
+            regularization_loss=reg_loss,
+            consistency=consistency_report(fitted, drives=True),
+            converged=converged,
+            iterations=len(history) - 1,
+            message=message,
+            gradient_norm=gnorm,
+            joint_weights=w,
+            friction=friction,
+            regularization=float(regularization),
+            com_bounds=bounds,
+        ))
+    return fits

@@ -411,7 +411,7 @@ def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS,
     "one-standard-error" rule, Hastie, Tibshirani & Friedman 2009, Sec. 7.10)."""
     import warnings
 
-    from .consistent import FRICTION_MODELS, PriorNudgedWarning, fit_consistent
+    from .consistent import FRICTION_MODELS, PriorNudgedWarning, _fit_consistent_weights
     from .fit import predict_torques
 
     if not isinstance(log, Log) or log.tau is None or log.ddq is None:
@@ -445,18 +445,21 @@ def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS,
     scale = np.sqrt(np.mean(log.tau[validated] ** 2, axis=0))
     scale = np.where(scale > 0, scale, 1.0)
     rows = []
+    weights = [float(w) for w in weights]
     for friction in frictions:
-        for w in weights:
-            sq = np.zeros(arm.n)
-            for fit_rows, held_rows in splits:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", PriorNudgedWarning)  # said once by the final fit
-                    fit = fit_consistent(arm, log.q[fit_rows], log.dq[fit_rows], log.ddq[fit_rows], log.tau[fit_rows],
-                                         friction=friction, regularization=float(w), max_steps=max_steps, repair=True)
+        sq = np.zeros((len(weights), arm.n))
+        for fit_rows, held_rows in splits:
+            # every weight on this fold's data, reduced once (regressor and QR)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PriorNudgedWarning)  # said once by the final fit
+                fits = _fit_consistent_weights(arm, log.q[fit_rows], log.dq[fit_rows], log.ddq[fit_rows], log.tau[fit_rows],
+                                               friction=friction, regularizations=weights, max_steps=max_steps, repair=True)
+            for i, fit in enumerate(fits):
                 pred = predict_torques(fit.arm, log.q[held_rows], log.dq[held_rows], log.ddq[held_rows])
-                sq += np.sum((np.asarray(pred) - log.tau[held_rows]) ** 2, axis=0)
-            rmse = np.sqrt(sq / validated.size)
-            rows.append({"friction": friction, "weight": float(w), "score": float(np.mean(rmse / scale)),
+                sq[i] += np.sum((np.asarray(pred) - log.tau[held_rows]) ** 2, axis=0)
+        for w, sq_w in zip(weights, sq):
+            rmse = np.sqrt(sq_w / validated.size)
+            rows.append({"friction": friction, "weight": w, "score": float(np.mean(rmse / scale)),
                          "validation_rmse": rmse.tolist()})
     lowest = min(r["score"] for r in rows)
     close = [r for r in rows if r["score"] <= (1 + tolerance) * lowest]
