@@ -284,3 +284,32 @@ def test_frictionless_arm_gets_no_negative_friction(truth):
     tc = np.asarray(d.coulomb_friction)
     assert np.all(tc[:, 0] >= 0) and np.all(tc[:, 1] <= 0), tc
     assert all(fit.consistency[f"drive {j + 1}"].ok for j in range(n))
+
+
+def test_fits_at_several_weights_share_the_public_defaults_and_equal_single_fits(truth):
+    """The model selection fits one fold at several weights through a private function that takes
+    fit_consistent's options: its defaults must be the public ones, and its fits the same as
+    fit_consistent's, weight by weight."""
+    import inspect
+
+    import jaxarm
+    from jaxarm.identify.consistent import _fit_consistent_weights
+
+    public = inspect.signature(jaxarm.fit_consistent).parameters
+    private = inspect.signature(_fit_consistent_weights).parameters
+    assert set(public) - {"regularization"} == set(private) - {"regularizations"}
+    for name, p in private.items():
+        if name != "regularizations":
+            assert p.default == public[name].default, f"{name}: {p.default!r} != {public[name].default!r}"
+
+    rng = np.random.default_rng(3)
+    q, qd, qdd = (rng.uniform(-1, 1, (200, truth.n)) for _ in range(3))
+    tau = np.asarray(predict_torques(truth, q, qd, qdd)) + 0.01 * rng.normal(size=(200, truth.n))
+    arm = _perturbed(truth, rng)
+    weights = (1e-3, 1e-1)
+    together = _fit_consistent_weights(arm, q, qd, qdd, tau, regularizations=weights, max_steps=40)
+    for w, fit in zip(weights, together):
+        alone = jaxarm.fit_consistent(arm, q, qd, qdd, tau, regularization=w, max_steps=40)
+        assert fit.regularization == w
+        np.testing.assert_array_equal(fit.parameters, alone.parameters)
+        np.testing.assert_array_equal(fit.loss_history, alone.loss_history)
