@@ -18,7 +18,7 @@ critically damped at 10 rad/s per joint. Long runs are simulated in up to 20 chu
 compiled length (the state carried over) so a progress bar can be drawn on a terminal's stderr.
 
 Run as a program, the command keeps compiled XLA code in a persistent cache (see
-``_enable_compilation_cache``): the first run of a kind of simulation pays the compile time,
+:func:`jaxarm.enable_compilation_cache`): the first run of a kind of simulation pays the compile time,
 later ones start in seconds.
 
 Exit codes: 0 success; 2 bad usage or input (unknown arm, malformed schedule, non-positive time
@@ -269,26 +269,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _enable_compilation_cache() -> None:
-    """The persistent compilation cache of :func:`jaxarm.enable_compilation_cache`, so only the
-    first run of a command pays the compile time."""
-    from ..core.xla import enable_compilation_cache
-
-    enable_compilation_cache()
-
-
 def main(argv=None) -> int:
     """Run the ``jaxarm`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
     Called without argv (as the ``jaxarm`` program), it also enables the persistent compilation
-    cache (see _enable_compilation_cache); in-process calls with an explicit argv leave JAX's
+    cache (:func:`jaxarm.enable_compilation_cache`); in-process calls with an explicit argv leave JAX's
     configuration alone apart from float64.
     """
     import jax
 
     jax.config.update("jax_enable_x64", True)
     if argv is None:
-        _enable_compilation_cache()
+        from ..core.xla import enable_compilation_cache
+
+        enable_compilation_cache()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = bool(os.environ.get("JAXARM_DEBUG"))
     try:

@@ -595,33 +595,16 @@ def fit_consistent(
     gradient norm falls below ``tol``.
     """
     return _fit_consistent_weights(
-        arm, q, qd, qdd, tau, prior=prior, regularizations=(regularization,), friction=friction, fit_drives=fit_drives,
+        arm, q, qd, qdd, tau, (regularization,), prior=prior, friction=friction, fit_drives=fit_drives,
         com_bounds=com_bounds, joint_weights=joint_weights, max_steps=max_steps, tol=tol, memory_size=memory_size,
         restart_every=restart_every, verbose=verbose, repair=repair)[0]
 
 
-def _fit_consistent_weights(
-    arm: Arm,
-    q,
-    qd,
-    qdd,
-    tau,
-    *,
-    prior: Arm | None = None,
-    regularizations=(1e-3,),
-    friction: str = "viscous-coulomb",
-    fit_drives: bool = True,
-    com_bounds: ComBox | ComSphere | None = None,
-    joint_weights="residual",
-    max_steps: int = 500,
-    tol: float = 1e-10,
-    memory_size: int = 20,
-    restart_every: int = 100,
-    verbose: bool = False,
-    repair: bool = False,
-) -> list:
+def _fit_consistent_weights(arm, q, qd, qdd, tau, regularizations, *, prior, friction, fit_drives, com_bounds, joint_weights,
+                            max_steps, tol, memory_size, restart_every, verbose, repair) -> list:
     """:func:`fit_consistent` at each weight of ``regularizations`` (same data, same start): the
-    data are reduced once (regressor, QR) for all of them. Returns one ConsistentFit per weight."""
+    data are reduced once (regressor, QR) for all of them. Returns one ConsistentFit per weight.
+    Every option is required here; its default is fit_consistent's (``fit_consistent.__kwdefaults__``)."""
     if not isinstance(arm, Arm):
         raise TypeError(f"fit_consistent: arm: expected a jaxarm.Arm, got {type(arm).__name__}")
     prior = arm if prior is None else prior

@@ -411,7 +411,7 @@ def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS,
     "one-standard-error" rule, Hastie, Tibshirani & Friedman 2009, Sec. 7.10)."""
     import warnings
 
-    from .consistent import FRICTION_MODELS, PriorNudgedWarning, _fit_consistent_weights
+    from .consistent import FRICTION_MODELS, PriorNudgedWarning, _fit_consistent_weights, fit_consistent
     from .fit import predict_torques
 
     if not isinstance(log, Log) or log.tau is None or log.ddq is None:
@@ -446,6 +446,8 @@ def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS,
     scale = np.where(scale > 0, scale, 1.0)
     rows = []
     weights = [float(w) for w in weights]
+    options = {k: v for k, v in fit_consistent.__kwdefaults__.items() if k != "regularization"}
+    options.update(max_steps=max_steps, repair=True)
     for friction in frictions:
         sq = np.zeros((len(weights), arm.n))
         for fit_rows, held_rows in splits:
@@ -453,7 +455,7 @@ def select_regularization(arm: Arm, log: Log, *, weights=REGULARIZATION_WEIGHTS,
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PriorNudgedWarning)  # said once by the final fit
                 fits = _fit_consistent_weights(arm, log.q[fit_rows], log.dq[fit_rows], log.ddq[fit_rows], log.tau[fit_rows],
-                                               friction=friction, regularizations=weights, max_steps=max_steps, repair=True)
+                                               weights, **{**options, "friction": friction})
             for i, fit in enumerate(fits):
                 pred = predict_torques(fit.arm, log.q[held_rows], log.dq[held_rows], log.ddq[held_rows])
                 sq[i] += np.sum((np.asarray(pred) - log.tau[held_rows]) ** 2, axis=0)
