@@ -160,7 +160,12 @@ def test_constant_arm_equals_traced_arm(name):
         out32 = jax.jit(lambda q, qd, x: fn(arm32, q, qd, x))(*args32)
         assert out32.dtype == jnp.float32, what
         assert_close(out32, traced(arm, q, qd, x), 3e-4 if what == "forward_dynamics" else 3e-5, f"{name} {what} float32")
-    eqns = lambda j: len(j.jaxpr.eqns)  # noqa: E731
+
+    def eqns(j):  # equations, those of inner jaxprs (the derivative rule's call) included
+        jaxpr = getattr(j, "jaxpr", j)
+        inner = [getattr(v, "jaxpr", v) for e in jaxpr.eqns for v in e.params.values()]
+        return len(jaxpr.eqns) + sum(eqns(v) for v in inner if hasattr(v, "eqns"))
+
     folded = eqns(jax.make_jaxpr(lambda q, qd, x: _forward_dynamics(arm, q, qd, x))(q, qd, x))
     full = eqns(jax.make_jaxpr(lambda a, q, qd, x: _forward_dynamics(a, q, qd, x))(arm, q, qd, x))
     assert folded < 0.8 * full, (folded, full)
@@ -285,6 +290,12 @@ def test_forward_dynamics_kernel_matches_reference_with_derivatives(case):
     assert_close(g_fast.links.inertia, sym(g_ref.links.inertia), 1e-10, "d/d links.inertia (symmetric part)")
     for name in ("rotor_inertia", "viscous_friction", "gear_ratio"):
         assert_close(getattr(g_fast.drives, name), getattr(g_ref.drives, name), 1e-10, f"d/d drives.{name}")
+    # its derivative rule (through inverse dynamics) in reverse mode and to second order
+    for argnum in (1, 2, 3):
+        assert_close(jax.jacrev(fast, argnum)(arm, q, qd, tau), jax.jacfwd(ref, argnum)(arm, q, qd, tau), 1e-10, f"jacrev d/d arg {argnum}")
+    second = lambda f: jax.hessian(lambda x, v: jnp.sum(jnp.sin(f(arm, x, v, tau))), argnums=(0, 1))(q, qd)  # noqa: E731
+    for got, want, name in zip(jax.tree_util.tree_leaves(second(fast)), jax.tree_util.tree_leaves(second(ref)), ("qq", "qv", "vq", "vv")):
+        assert_close(got, want, 1e-9, f"second derivative d2/d{name}")
 
 
 def test_cholesky_on_scalars_matches_numpy():

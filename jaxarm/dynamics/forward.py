@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+
+from jax.custom_derivatives import SymbolicZero
 
 from ..model import checks
 from ..model.arm import Arm
@@ -10,7 +13,7 @@ from . import drives, linalg
 from .algebra import _vec, vector
 from .composite_body import composite_mass_matrix
 from .kinematics import _bodies, joint_frames
-from .newton_euler import _base_acceleration, _kernel_tip, rnea
+from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, rnea
 
 
 def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
@@ -27,14 +30,75 @@ def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
 def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     """Forward dynamics in components: the joint frames once, bias torques by the Newton-Euler
     kernel (qdd = 0), M by the composite-body kernel, and the unrolled Cholesky solve on scalars,
-    so the whole of it is scalar arithmetic (one fused loop per state batch on XLA:CPU)."""
-    return _forward_dynamics_factored(arm, q, qd, tau, f_ext)[0]
+    so the whole of it is scalar arithmetic (one fused loop per state batch on XLA:CPU).
+
+    Its derivatives (forward and reverse mode, any order) are those of inverse dynamics: from
+    ID(arm, q, qd, FD(arm, q, qd, tau, f)) = tau (Carpentier & Mansard 2018, Sec. III-B),
+
+        d qdd = M(q)^-1 (d tau - dID(arm, q, qd, qdd, f)[d arm, d q, d qd, d f]),
+
+    the directional derivative of inverse dynamics taken at fixed qdd (one tangent pass through
+    Newton-Euler, no mass matrix or Cholesky factorization differentiated), and M^-1 applied with
+    the Cholesky factor the forward pass computed. Reverse mode transposes that: one reverse pass
+    through Newton-Euler instead of through the composite-body algorithm and the factorization.
+    The arm's leaves that are not traced (a constant arm) stay constants of the program, so XLA
+    folds them as before."""
+    leaves, treedef = jax.tree_util.tree_flatten(arm)
+    traced = [isinstance(x, jax.core.Tracer) for x in leaves]
+    has_ext = f_ext is not None
+
+    def rebuild(values):
+        it = iter(values)
+        return jax.tree_util.tree_unflatten(treedef, [next(it) if t else x for x, t in zip(leaves, traced)])
+
+    @jax.custom_jvp
+    def fd(values, q, qd, tau, f_ext):
+        return _forward_dynamics_factored(rebuild(values), q, qd, tau, f_ext if has_ext else None)[0]
+
+    def fd_jvp(primals, tangents):
+        values, q, qd, tau, f_ext = primals
+        qdd, L, inv_diag = _forward_dynamics_scalars(rebuild(values), q, qd, tau, f_ext if has_ext else None)
+        # differentiate inverse dynamics along the inputs that have a tangent only (a zero tangent,
+        # e.g. of a traced arm that is not differentiated, would otherwise be carried as numbers)
+        d_values, dq, dqd, dtau, df_ext = tangents
+        inputs = [*values, q, qd, f_ext]
+        moving = [i for i, t in enumerate([*d_values, dq, dqd, df_ext]) if not isinstance(t, SymbolicZero)]
+        k = len(values)
+
+        def inverse(*chosen):
+            args = list(inputs)
+            for i, x in zip(moving, chosen):
+                args[i] = x
+            return _inverse_dynamics(rebuild(args[:k]), args[k], args[k + 1], qdd, args[k + 2] if has_ext else None)
+
+        rhs = jnp.zeros_like(qdd) if isinstance(dtau, SymbolicZero) else dtau.astype(qdd.dtype)
+        if moving:
+            d_all = [*d_values, dq, dqd, df_ext]
+            _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
+            rhs = rhs - did.astype(qdd.dtype)
+        n = qdd.shape[-1]
+        return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, [rhs[i] for i in range(n)]), qdd.dtype)
+
+    fd.defjvp(fd_jvp, symbolic_zeros=True)
+
+    dummy = jnp.zeros((), jnp.result_type(q)) if not has_ext else f_ext
+    return fd([x for x, t in zip(leaves, traced) if t], q, qd, tau, dummy)
 
 
 def _forward_dynamics_factored(arm, q, qd, tau, f_ext=None):
     """:func:`_forward_dynamics` and the lower Cholesky factor L (n, n) of M(q) (rotor inertia
     included) it solved with, for products with M^-1 (the derivatives of forward dynamics,
     Carpentier & Mansard 2018). Where L is not used it costs nothing (dead code)."""
+    qdd, L, _ = _forward_dynamics_scalars(arm, q, qd, tau, f_ext)
+    n = arm.n
+    factor = jnp.stack([vector([L[i][j] if j <= i else 0.0 for j in range(n)], qdd.dtype) for i in range(n)])
+    return qdd, factor
+
+
+def _forward_dynamics_scalars(arm, q, qd, tau, f_ext=None):
+    """qdd (n,), and the Cholesky factor of M(q) (rotor inertia included) as scalars: its rows
+    (None above the diagonal) and the reciprocals of its diagonal
+    (:func:`jaxarm.dynamics.linalg.cholesky_factor_scalars`)."""
     bodies = _bodies(arm)
     dtype = jnp.result_type(bodies.mass, q, qd, tau)
     frames = joint_frames(bodies, arm.is_revolute, q)
@@ -48,5 +112,4 @@ def _forward_dynamics_factored(arm, q, qd, tau, f_ext=None):
     rhs = [tau[i] - bias[i] - friction[i] for i in range(n)]
     L, inv_diag = linalg.cholesky_factor_scalars(M)
     qdd = vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, rhs), dtype)
-    factor = jnp.stack([vector([L[i][j] if j <= i else 0.0 for j in range(n)], dtype) for i in range(n)])
-    return qdd, factor
+    return qdd, L, inv_diag

@@ -1,0 +1,81 @@
+"""Gradients through rollouts with forward dynamics differentiated through inverse dynamics.
+
+    python experiments/fd_derivative_rule.py [--arms puma560] [--batches 1 256]
+        [--kinds checkpoint adjoint autodiff] [--steps 1000]
+
+The gradient of a batched rollout cost (squared final positions + 1e-6 |u|^2, RK3, dt = 1 ms,
+float64) with respect to all torque inputs, relative to the cost itself, as the benchmark's
+``rollout_grad`` rows measure it (``benchmarks/benchmark.py``), for three ways of differentiating
+the rollout: plain reverse mode (``autodiff``), ``checkpoint=True`` and ``adjoint=True``. Each
+gradient is checked against the first one computed before it is timed. One JSON line per arm,
+batch and kind.
+
+Forward dynamics carries its derivative rule through inverse dynamics
+(``jaxarm.dynamics.forward._forward_dynamics``, docs/how-it-works.md). To compare with the code
+before that rule, run the same command with ``PYTHONPATH`` pointing at a checkout of the earlier
+commit (``git worktree add /tmp/before <commit>``), alternating the two runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxarm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import benchmark as bench  # noqa: E402  (benchmark_arm, rollout_inputs, compile_timed, best_time)
+
+KINDS = {"autodiff": {}, "checkpoint": {"checkpoint": True}, "adjoint": {"adjoint": True}}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arms", nargs="+", default=["puma560"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 256])
+    ap.add_argument("--kinds", nargs="+", choices=sorted(KINDS), default=["checkpoint", "adjoint", "autodiff"])
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--min-time", type=float, default=2.0, help="seconds of repeats per timing (best of them)")
+    args = ap.parse_args(argv)
+    dt = 1e-3
+    for name in args.arms:
+        arm = bench.benchmark_arm(name)
+        rng = np.random.default_rng(0)
+
+        def cost_fn(**kw):
+            def final(q0, qd0, u):
+                return jaxarm.rollout(arm, q0, qd0, u, dt, method="rk3", on_divergence="flag", **kw).q[-1]
+
+            return lambda u, q0, qd0: jnp.sum(jax.vmap(final)(q0, qd0, u) ** 2) + 1e-6 * jnp.sum(u**2)
+
+        for B in args.batches:
+            q0, qd0, tau = (jnp.asarray(x) for x in bench.rollout_inputs(arm, rng, B, args.steps))
+            fwd, _ = bench.compile_timed(cost_fn(), tau, q0, qd0)
+            t_fwd = bench.best_time(lambda: jax.block_until_ready(fwd(tau, q0, qd0)), args.min_time)
+            reference = None
+            for kind in args.kinds:
+                grad, compile_s = bench.compile_timed(jax.grad(cost_fn(**KINDS[kind])), tau, q0, qd0)
+                g = np.asarray(grad(tau, q0, qd0))
+                reference = g if reference is None else reference
+                rel = float(np.max(np.abs(g - reference)) / np.max(np.abs(reference)))
+                if not rel < 1e-9:
+                    raise AssertionError(f"{name} batch {B}: the {kind} gradient differs from the {args.kinds[0]} one by {rel:.3g} (relative)")
+                t = bench.best_time(lambda: jax.block_until_ready(grad(tau, q0, qd0)), args.min_time)
+                print(json.dumps(dict(case="rollout_grad", arm=name, batch=B, kind=kind, steps=args.steps,
+                                      ratio=round(t / t_fwd, 2), grad_s=round(t, 4), forward_s=round(t_fwd, 4),
+                                      compile_s=round(compile_s["value"], 1), rel_diff=rel, device=str(jax.devices()[0]))),
+                      flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
