@@ -112,6 +112,28 @@ def test_rollout_rk3_equals_hand_kutta_on_the_arm():
     np.testing.assert_allclose(traj.qd[-1], qd, rtol=1e-12, atol=1e-12)
 
 
+def test_stage_loop_gradients_equal_the_written_out_method():
+    """The stage loop of the Runge-Kutta methods by name evaluates the dynamics again in reverse
+    mode (jax.checkpoint) instead of storing them: the gradient with respect to the inputs, the
+    start state and the arm's masses equals that of the written-out method (RK3; RK4 is the same
+    loop with another tableau)."""
+    arm = sim_arm(1)
+    rng = np.random.default_rng(4)
+    u = jnp.asarray(rng.uniform(-3.0, 3.0, (6, 3)))
+    q0, qd0 = jnp.array([0.3, -0.5, 0.8]), jnp.array([0.5, -0.3, 0.2])
+
+    def cost(method):
+        def f(u, q0, mass):
+            a = arm.replace(links=arm.links.replace(mass=mass))
+            traj = jaxarm.rollout(a, q0, qd0, u, 0.01, method=method, stops=False, on_divergence="flag")
+            return jnp.sum(jnp.sin(traj.q)) + jnp.sum(traj.qd[-1] ** 2)
+        return jax.jit(jax.grad(f, argnums=(0, 1, 2)))
+
+    args = (u, q0, jnp.asarray(arm.links.mass))
+    for g, w in zip(cost("rk3")(*args), cost(integrators.rk3)(*args)):
+        np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-11 * float(jnp.max(jnp.abs(w))))
+
+
 # --------------------------------------------------------------------------------------
 # Convergence order on nonlinear arms: free motion under gravity for 1 s
 

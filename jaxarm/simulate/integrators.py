@@ -72,11 +72,18 @@ def explicit_rk(c, A, b):
         q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
         A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
+        # In reverse mode the stage loop keeps only each stage's point, and its transpose evaluates
+        # f again (jax.checkpoint): stored, the hundreds of scalar intermediates of f would each
+        # be stacked over the stages and read back, hundreds of small kernels per stage (Puma,
+        # 20 RK3 steps, batch 16: gradient 18.5 -> 4.5 ms, compile 22 -> 8 s). Without
+        # differentiation, or in forward mode, it changes nothing.
+        f_stage = jax.checkpoint(f, prevent_cse=False)
+
         def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
             qi, qdi = q, qd
             for j in range(s - 1):  # elementwise (no dot, no stacking: fuses under vmap)
                 qi, qdi = qi + (dt * A_[i, j]) * K[j][0], qdi + (dt * A_[i, j]) * K[j][1]
-            a = jnp.asarray(f(t + c_[i] * dt, qi, qdi), q.dtype)
+            a = jnp.asarray(f_stage(t + c_[i] * dt, qi, qdi), q.dtype)
             return tuple((jnp.where(i == j, qdi, kq), jnp.where(i == j, a, ka)) for j, (kq, ka) in enumerate(K)), None
 
         zero = jnp.zeros_like(q)

@@ -1,6 +1,6 @@
-"""Gradients through rollouts with forward dynamics differentiated through inverse dynamics.
+"""Gradients through rollouts: plain reverse mode, checkpointed steps and the discrete adjoint.
 
-    python experiments/fd_derivative_rule.py [--arms puma560] [--batches 1 256]
+    python experiments/rollout_gradients.py [--arms puma560] [--batches 1 256]
         [--kinds checkpoint adjoint autodiff] [--steps 1000]
 
 The gradient of a batched rollout cost (squared final positions + 1e-6 |u|^2, RK3, dt = 1 ms,
@@ -8,12 +8,14 @@ float64) with respect to all torque inputs, relative to the cost itself, as the 
 ``rollout_grad`` rows measure it (``benchmarks/benchmark.py``), for three ways of differentiating
 the rollout: plain reverse mode (``autodiff``), ``checkpoint=True`` and ``adjoint=True``. Each
 gradient is checked against the first one computed before it is timed. One JSON line per arm,
-batch and kind.
+batch and kind, with the compile time.
 
-Forward dynamics carries its derivative rule through inverse dynamics
-(``jaxarm.dynamics.forward._forward_dynamics``, docs/how-it-works.md). To compare with the code
-before that rule, run the same command with ``PYTHONPATH`` pointing at a checkout of the earlier
-commit (``git worktree add /tmp/before <commit>``), alternating the two runs.
+What makes reverse mode cheap (docs/how-it-works.md, "Derivatives of forward dynamics through
+inverse dynamics"): forward dynamics differentiated through inverse dynamics
+(``jaxarm.dynamics.forward._forward_dynamics``), and the Runge-Kutta stage loop evaluating the
+dynamics again in reverse mode instead of storing them (``jaxarm.integrators.explicit_rk``). To
+compare with an earlier commit, run the same command with ``PYTHONPATH`` pointing at a checkout
+of it (``git worktree add /tmp/before <commit>``), alternating the runs.
 """
 
 from __future__ import annotations
