@@ -14,6 +14,15 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def _recomputed(f):
+    """f evaluated again in reverse mode instead of storing its intermediates (``jax.checkpoint``):
+    inside the time loop of a rollout, or the stage loop of a Runge-Kutta step, every stored
+    intermediate of the component-wise dynamics (hundreds of scalars) would be stacked over the
+    iterations and read back, one small kernel each (docs/how-it-works.md, "What makes reverse
+    mode cheap"). Without differentiation, and in forward mode, it changes nothing."""
+    return jax.checkpoint(f, prevent_cse=False)
+
+
 def rk3(f, t, q, qd, dt):
     """Kutta's third-order method (Swartz's Runge-Kutta step; Kutta 1901):
     k1 = F(x), k2 = F(x + h/2 k1), k3 = F(x + h (2 k2 - k1)), x+ = x + h/6 (k1 + 4 k2 + k3),
@@ -72,12 +81,7 @@ def explicit_rk(c, A, b):
         q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
         A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
-        # In reverse mode the stage loop keeps only each stage's point, and its transpose evaluates
-        # f again (jax.checkpoint): stored, the hundreds of scalar intermediates of f would each
-        # be stacked over the stages and read back, hundreds of small kernels per stage (Puma,
-        # 20 RK3 steps, batch 16: gradient 18.5 -> 4.5 ms, compile 22 -> 8 s). Without
-        # differentiation, or in forward mode, it changes nothing.
-        f_stage = jax.checkpoint(f, prevent_cse=False)
+        f_stage = _recomputed(f)  # the stage loop keeps each stage's point only
 
         def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
             qi, qdi = q, qd
@@ -92,6 +96,7 @@ def explicit_rk(c, A, b):
         qd_next = qd + dt * sum(float(b[j]) * K[j][1] for j in range(s))
         return q_next, qd_next, K[0][1]
 
+    step.recomputes_dynamics = True  # (read by rollout: no second jax.checkpoint around f)
     return step
 
 

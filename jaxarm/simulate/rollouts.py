@@ -136,9 +136,11 @@ def rollout(
     saturate: clip torque inputs at the joints' torque limits (``arm.limits.torque``, infinite by
         default) as a real drive would; voltage inputs are always clipped at ``voltage_limit``.
     checkpoint: rematerialize each step in reverse mode (``jax.checkpoint``) so gradients through
-        long rollouts need memory for the states only. With ``method="euler"`` it also compiles
-        a gradient with respect to the arm about 4x faster (Panda: 10.5 s instead of 43 s, the
-        gradient 30 % slower); with RK3 it does not (docs/how-it-works.md).
+        long rollouts need memory for the states only. Every integrator already evaluates the
+        dynamics again in reverse mode instead of storing their intermediates, which is what
+        makes plain reverse mode fast to compile and run (docs/how-it-works.md); this recomputes
+        the whole step on top, for memory, and is otherwise slower (Panda, 40 RK3 steps, gradient
+        with respect to the masses: 15.6 ms instead of 9.4 ms).
     adjoint: reverse-mode derivatives by the discrete adjoint (:func:`jaxarm.adjoint.scan`): the
         step Jacobians for all steps at once in forward mode, then one small matrix-vector
         product per step backwards. Same gradient as plain autodiff (to rounding), about 10x
@@ -248,7 +250,11 @@ def rollout(
         def accel(ts, qs, qds):
             return _forward_dynamics(arm, qs, qds, torque_of(arm, u, qds), fe)
 
-        q_next, qd_next, qdd = step_fn(accel, t, q, qd, dt)
+        # in reverse mode the time loop keeps each step's states and evaluates the dynamics again
+        # rather than stacking their intermediates step by step (the stage loop of the Runge-Kutta
+        # methods by name does this itself; the adjoint differentiates each step on its own)
+        recompute = not adjoint and not getattr(step_fn, "recomputes_dynamics", False)
+        q_next, qd_next, qdd = step_fn(integrators._recomputed(accel) if recompute else accel, t, q, qd, dt)
         if use_stops:
             lims = arm.limits.position
             q_next, qd_next, held = end_stops(q_next, qd_next, lims[:, 0], lims[:, 1])
