@@ -237,28 +237,26 @@ def test_forward_dynamics_vs_aba(case, with_wrench):
     assert_close(jaxarm.forward_dynamics(arm, q, qd, tau, f_tool), reference, RTOL, "aba")
 
 
-@pytest.mark.parametrize("with_wrench", [False, True])
-def test_forward_dynamics_derivatives_vs_aba_derivatives(case, with_wrench):
-    """d qdd / d(q, qd, tau) of jaxarm's forward dynamics, in forward and in reverse mode (its
-    derivative rule goes through inverse dynamics: Carpentier & Mansard 2018), against
-    Pinocchio's analytical ABA derivatives (computeABADerivatives)."""
+def test_forward_dynamics_derivatives_vs_aba_derivatives(case):
+    """d qdd / d(q, qd, tau) of jaxarm's forward dynamics with a tool wrench, in forward and in
+    reverse mode (its derivative rule goes through inverse dynamics: Carpentier & Mansard 2018),
+    against Pinocchio's analytical ABA derivatives (computeABADerivatives)."""
     arm, model, fid, tool_in_joint = case
     data = model.createData()
     q, qd, _ = random_state(5, arm.n)
     tau = np.random.default_rng(5).normal(size=arm.n) * 10.0
-    f_tool = random_wrench(8) if with_wrench else None
-    extra = (pin_fext(model, tool_in_joint, f_tool),) if with_wrench else ()
+    f_tool = random_wrench(8)
     friction = np.asarray(jaxarm.friction_torques(arm, qd))
-    dq, dv, minv = (np.array(a) for a in pin.computeABADerivatives(model, data, q, qd, tau - friction, *extra))
+    dq, dv, minv = (np.array(a) for a in pin.computeABADerivatives(model, data, q, qd, tau - friction, pin_fext(model, tool_in_joint, f_tool)))
     minv = np.triu(minv) + np.triu(minv, 1).T  # Pinocchio fills the upper triangle
     # jaxarm's qdd = ABA(q, qd, tau - friction(qd)): the friction's slope enters d/dqd through M^-1
     dfric = np.asarray(jax.jacfwd(lambda v: jaxarm.friction_torques(arm, v))(jnp.asarray(qd)))
     expected = (dq, dv - minv @ dfric, minv)
     fd = lambda x, v, t: jaxarm.forward_dynamics(arm, x, v, t, f_tool)  # noqa: E731
     for mode in (jax.jacfwd, jax.jacrev):
-        for argnum, name in enumerate(("q", "qd", "tau")):
-            got = mode(fd, argnum)(jnp.asarray(q), jnp.asarray(qd), jnp.asarray(tau))
-            assert_close(got, expected[argnum], 1e-8, f"{mode.__name__} d qdd / d {name}")
+        got = mode(fd, argnums=(0, 1, 2))(jnp.asarray(q), jnp.asarray(qd), jnp.asarray(tau))
+        for g, want, name in zip(got, expected, ("q", "qd", "tau")):
+            assert_close(g, want, 1e-8, f"{mode.__name__} d qdd / d {name}")
 
 
 # --------------------------------------------------------------------------------------

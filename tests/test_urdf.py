@@ -710,15 +710,13 @@ def test_rollout_and_its_gradient_work_unchanged_on_a_urdf_arm(tmp_path):
     ref = jaxarm.rollout(arm, q0, np.zeros(arm.n), tau, 1e-3)
     got = jaxarm.rollout(back, q0, np.zeros(arm.n), tau, 1e-3)
     np.testing.assert_allclose(got.q, ref.q, rtol=0, atol=1e-12)
-    # Euler keeps the gradient's compile time small (one forward-dynamics call per step), and so
-    # does checkpointing each step: the reverse pass recomputes a step instead of storing its
-    # thousands of scalar intermediates (Panda, 40 Euler steps, gradient w.r.t. the masses under
-    # jaxarm.jit: compile 39 s -> 10.5 s, run 7.6 -> 9.9 ms). Jitted with jaxarm's compiler options,
-    # as docs/how-it-works.md advises (an eager jax.grad compiles the scan's transpose with XLA's
-    # fusion emitters, which took minutes for the component-wise dynamics).
+    # Euler keeps the gradient's compile time small (one forward-dynamics call per step; the time
+    # loop evaluates it again in reverse mode instead of storing its intermediates: Panda, 40 Euler
+    # steps, gradient w.r.t. the masses under jaxarm.jit compiles in about 19 s, docs/how-it-works.md).
+    # Jitted with jaxarm's compiler options, as docs/how-it-works.md advises.
     def final(mass):
         heavier = back.replace(links=back.links.replace(mass=mass))
-        return jaxarm.rollout(heavier, q0, np.zeros(arm.n), tau, 1e-3, method="euler", checkpoint=True).q[-1].sum()
+        return jaxarm.rollout(heavier, q0, np.zeros(arm.n), tau, 1e-3, method="euler").q[-1].sum()
 
     mass = jnp.asarray(back.links.mass)
     grad = np.asarray(jaxarm.jit(jax.grad(final))(mass))

@@ -65,12 +65,15 @@ def semi_implicit_euler(f, t, q, qd, dt):
     return q + qd_next * dt, qd_next, a
 
 
-def explicit_rk(c, A, b):
+def explicit_rk(c, A, b, recompute: bool = True):
     """The explicit Runge-Kutta step with Butcher tableau (c, A, b) written as a loop over its
     stages (``jax.lax.scan``), so the dynamics ``f`` is traced and compiled once instead of once
     per stage: stage i evaluates f at ``x + dt sum_j A[i][j] k_j`` (j < i), x = (q, qd), k_j = (qd_j, a_j);
     the step is x + dt sum_i b_i k_i (Hairer, Norsett & Wanner, Solving ODEs I, II.1 eq. 1.8).
-    Equal to the unrolled form (e.g. :func:`rk3`) up to rounding."""
+    Equal to the unrolled form (e.g. :func:`rk3`) up to rounding. ``recompute``: in reverse mode
+    the loop keeps each stage's point and evaluates ``f`` again (:func:`_recomputed`); False
+    stores f's intermediates instead, as before (trajectory optimization's own step, whose
+    derivatives are written by hand, keeps that program)."""
     c, A, b = (np.asarray(x, float) for x in (c, A, b))
     s = len(b)
     if A.shape != (s, s) or c.shape != (s,) or np.any(np.triu(A) != 0):
@@ -81,7 +84,7 @@ def explicit_rk(c, A, b):
         q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
         A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
-        f_stage = _recomputed(f)  # the stage loop keeps each stage's point only
+        f_stage = _recomputed(f) if recompute else f  # the stage loop keeps each stage's point only
 
         def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
             qi, qdi = q, qd
@@ -96,7 +99,7 @@ def explicit_rk(c, A, b):
         qd_next = qd + dt * sum(float(b[j]) * K[j][1] for j in range(s))
         return q_next, qd_next, K[0][1]
 
-    step.recomputes_dynamics = True  # (read by rollout: no second jax.checkpoint around f)
+    step.recomputes_dynamics = recompute  # (read by rollout: no second jax.checkpoint around f)
     return step
 
 
