@@ -61,8 +61,8 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
         # differentiate inverse dynamics along the inputs that have a tangent only (a zero tangent,
         # e.g. of a traced arm that is not differentiated, would otherwise be carried as numbers)
         d_values, dq, dqd, dtau, df_ext = tangents
-        inputs = [*values, q, qd, f_ext]
-        moving = [i for i, t in enumerate([*d_values, dq, dqd, df_ext]) if not isinstance(t, SymbolicZero)]
+        inputs, d_all = [*values, q, qd, f_ext], [*d_values, dq, dqd, df_ext]
+        moving = [i for i, t in enumerate(d_all) if not isinstance(t, SymbolicZero)]
         k = len(values)
 
         def inverse(*chosen):
@@ -73,7 +73,6 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
 
         rhs = jnp.zeros_like(qdd) if isinstance(dtau, SymbolicZero) else dtau.astype(qdd.dtype)
         if moving:
-            d_all = [*d_values, dq, dqd, df_ext]
             _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
             rhs = rhs - did.astype(qdd.dtype)
         n = qdd.shape[-1]

@@ -179,6 +179,10 @@ def rollout(
     if not isinstance(dt, jax.core.Tracer) and not float(dt) > 0:
         raise ValueError(f"rollout: dt: expected a positive time step, got {dt!r}")
     step_fn = integrators.get_method(method)
+    # in reverse mode the time loop keeps each step's states and evaluates the dynamics again
+    # rather than stacking their intermediates step by step (the stage loop of the Runge-Kutta
+    # methods by name does this itself; the adjoint differentiates each step on its own)
+    recompute = not adjoint and not getattr(step_fn, "recomputes_dynamics", False)
     n = arm.n
     if not isinstance(stops, (bool, np.bool_)):
         raise ValueError(f"rollout: stops: expected True or False, got {stops!r}")
@@ -250,10 +254,6 @@ def rollout(
         def accel(ts, qs, qds):
             return _forward_dynamics(arm, qs, qds, torque_of(arm, u, qds), fe)
 
-        # in reverse mode the time loop keeps each step's states and evaluates the dynamics again
-        # rather than stacking their intermediates step by step (the stage loop of the Runge-Kutta
-        # methods by name does this itself; the adjoint differentiates each step on its own)
-        recompute = not adjoint and not getattr(step_fn, "recomputes_dynamics", False)
         q_next, qd_next, qdd = step_fn(integrators._recomputed(accel) if recompute else accel, t, q, qd, dt)
         if use_stops:
             lims = arm.limits.position

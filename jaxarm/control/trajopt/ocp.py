@@ -95,8 +95,7 @@ def _step(arm, x, u, dt, method, input):
     # its program is kept as it was measured: forward dynamics without its derivative rule, the
     # Runge-Kutta stage loop storing rather than recomputing (with them, the trajectory-
     # optimization tutorial took 205 s instead of 130 s in the docs test)
-    step = _PLAIN_LOOPS.get(method, None) if isinstance(method, str) else None
-    step = step or integrators.get_method(method)
+    step = _PLAIN_LOOPS[method] if isinstance(method, str) and method in _PLAIN_LOOPS else integrators.get_method(method)
 
     def accel(t, q, qd):
         return _forward_dynamics_factored(arm, q, qd, _joint_torque(arm, u, qd, input, False))[0]
