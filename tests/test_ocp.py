@@ -265,6 +265,33 @@ def test_bad_problems_get_one_clear_error():
         trajopt.ddp(problem, None, jnp.zeros((T, 4)))
 
 
+def test_replace_with_new_values_of_the_same_shapes_traces_the_terms_once():
+    """An MPC loop replaces the targets every control step: the terms are traced (checked) once per
+    shapes, and new shapes are checked again, with the same clear errors."""
+    arm = two_link()
+    traced = []
+
+    def tracking(arm, x, u, k, p):
+        traced.append(k)
+        return jaxarm.tool_pose(arm, x[: arm.n])[:3, 3] - p["targets"][k]
+
+    costs = terms.residual(tracking, when="path", uses_input=False, name="tracking") + terms.effort()
+    problem = trajopt.ocp(arm, Q0, T, DT, costs=costs, params={"targets": jnp.zeros((T + 1, 3))})
+    after_build = len(traced)
+    assert after_build >= 1
+    for i in range(3):
+        moved = problem.replace(params={"targets": jnp.full((T + 1, 3), 0.1 * i)})
+        assert_close(moved.params["targets"], 0.1 * i)
+    assert len(traced) == after_build
+    problem.replace(x0=jnp.ones(4), dt=0.02)  # new values, same shapes
+    assert len(traced) == after_build
+    with pytest.raises(ValueError, match="term 'tracking' fails when evaluated at a knot"):
+        problem.replace(params={"targets": jnp.zeros((T + 1, 2))})  # new shapes: checked again
+    assert len(traced) > after_build
+    with pytest.raises(ValueError, match="x0: expected shape \\(4,\\)"):
+        problem.replace(x0=jnp.zeros(3))
+
+
 def test_terms_compose_by_addition_and_via_points_land_on_knots():
     goal = jnp.array([0.5, 0.5, 0.0])
     total = terms.effort() + terms.tool_position(goal) + (terms.joint_velocity() + terms.tool_position(goal, when=(0.5,)))

@@ -25,9 +25,11 @@ def mpc_step(problem: OCP, x, plan: OCPResult | None = None, *, max_iterations: 
     (:func:`shift`): its states, with the first replaced by x, start the solve infeasible by the
     model's error, which the feasibility-driven solver closes. Apply ``result.u[0]``; pass the
     result back as ``plan`` next time. ``max_iterations`` bounds the work per control step (the
-    warm start usually needs a few); ``options`` go to :func:`jaxarm.trajopt.ddp`. Targets that move
-    are ``params`` entries: ``problem.replace(params=...)`` before the call (same shapes, no
-    recompile). Pure and traceable: ``jax.jit`` it once and call it in a loop, or inside a
+    warm start usually needs a few; one, the real-time iteration scheme of Diehl, Bock & Schloeder
+    2005, tracked as well as three in ``experiments/trajopt_mpc.py``, at 3.6 ms instead of 9.6 ms a
+    step); ``options`` go to :func:`jaxarm.trajopt.ddp`. Targets that move are ``params`` entries:
+    ``problem.replace(params=...)`` before the call (same shapes: no recompile, and the terms are
+    not traced again). Pure and traceable: ``jax.jit`` it once and call it in a loop, or inside a
     ``lax.scan`` with the simulator (:func:`jaxarm.rollout`), planning on one arm and simulating
     another.
     """
