@@ -306,3 +306,26 @@ def test_cholesky_on_scalars_matches_numpy():
     x = linalg.cholesky_solve_scalars([[jnp.asarray(M[i, j]) for j in range(7)] for i in range(7)], [jnp.asarray(v) for v in b])
     assert_close(jnp.stack(x), np.linalg.solve(M, b), 1e-13, "scalar Cholesky")
     assert_close(linalg.cholesky_solve(jnp.asarray(M), jnp.asarray(b)), np.linalg.solve(M, b), 1e-13, "array Cholesky")
+
+
+def test_reverse_mode_gathers_a_vectors_cotangents_in_one_concatenate():
+    """The recursions read a joint vector's entries by one split (algebra.entries): reverse mode
+    then gathers their cotangents with one concatenate per vector, where one slice per use
+    transposed to a pad each (27 for the Puma's inverse dynamics) and XLA:CPU ran each in a loop
+    fusion of its own, every step of a rollout's reverse loop. Numbers, lists and numpy arrays
+    pass through unchanged (their entries fold as before)."""
+    arm = jaxarm.load_arm("puma560")
+    q, qd, x = random_state(5, arm.n)
+
+    def count(j, name):
+        jaxpr = getattr(j, "jaxpr", j)
+        inner = [getattr(v, "jaxpr", v) for e in jaxpr.eqns for v in e.params.values()]
+        return sum(e.primitive.name == name for e in jaxpr.eqns) + sum(count(v, name) for v in inner if hasattr(v, "eqns"))
+
+    grad = jax.make_jaxpr(jax.grad(lambda q, qd, x: jnp.sum(jaxarm.inverse_dynamics(arm, q, qd, x)), argnums=(0, 1, 2)))(q, qd, x)
+    assert count(grad, "pad") == 0
+    assert count(grad, "concatenate") >= 3  # q, qd and qdd
+    parts = _kernels.entries(jnp.asarray([1.0, 2.0, 3.0]))
+    assert [float(p) for p in parts] == [1.0, 2.0, 3.0] and all(jnp.shape(p) == () for p in parts)
+    constant = np.array([1.0, 2.0])
+    assert _kernels.entries(constant) is constant and _kernels.entries(None) is None

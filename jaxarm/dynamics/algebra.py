@@ -335,6 +335,16 @@ def _dtype(values, dtype):
     return jnp.result_type(*traced) if traced else jnp.result_type(float)
 
 
+def entries(x):
+    """The entries of a traced vector x (n,) as a list of n scalars, by one split: in reverse
+    mode its transpose is one concatenate, where n slices ``x[i]`` (one per use) transpose to as
+    many pads and their sums, each a loop fusion of its own in XLA:CPU's reverse loop. Anything
+    else (numpy arrays, lists, None) is returned as it is: indexing it folds as before."""
+    if not isinstance(x, jax.Array) or jnp.ndim(x) != 1:
+        return x
+    return [part.reshape(()) for part in jax.lax.split(x, (1,) * x.shape[0])]
+
+
 def vector(values, dtype=None):
     """Stack n scalars into an (n,) array as a chain of selects on a constant mask (Knowns become
     constants of ``dtype``, by default that of the other values).

@@ -18,7 +18,7 @@ import numpy as np
 from ..core import spatial
 from ..model import checks
 from ..model.arm import Arm, Bodies
-from . import drives
+from . import algebra, drives
 from .algebra import (
     ZERO,
     _sym,
@@ -59,6 +59,7 @@ def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
     origin, or None. Returns (taus, forces, moments): lists of n scalars / 3-tuples.
     """
     n = len(is_revolute)
+    qd, qdd = algebra.entries(qd), algebra.entries(qdd)
     w = wd = None  # the base does not rotate
     a = a0
     body_f, body_n = [], []
