@@ -342,6 +342,8 @@ def entries(x):
     else (numpy arrays, lists, None) is returned as it is: indexing it folds as before."""
     if not isinstance(x, jax.Array) or jnp.ndim(x) != 1:
         return x
+    if not hasattr(jax.lax, "split"):  # an older jax without lax.split: slices, as before
+        return [x[i] for i in range(x.shape[0])]
     return [part.reshape(()) for part in jax.lax.split(x, (1,) * x.shape[0])]
 
 
