@@ -16,10 +16,11 @@ links' masses (the arm traced, so nothing of it is folded into the program: iden
 simulation error, domain randomization), from the middle of the joints' ranges under gravity
 compensation, dt = 1 ms, for each ``--methods`` entry and kind: its compile time and run time.
 
-What makes reverse mode cheap (docs/how-it-works.md, "Derivatives of forward dynamics through
-inverse dynamics"): forward dynamics differentiated through inverse dynamics
-(``jaxarm.dynamics.forward._forward_dynamics``), and the Runge-Kutta stage loop evaluating the
-dynamics again in reverse mode instead of storing them (``jaxarm.integrators.explicit_rk``). To
+What makes reverse mode cheap (docs/how-it-works.md, "What makes reverse mode cheap"): forward
+dynamics differentiated through inverse dynamics (``jaxarm.dynamics.forward._forward_dynamics``),
+the Runge-Kutta stage loop evaluating the dynamics again in reverse mode instead of storing them
+(``jaxarm.integrators.explicit_rk``), and the recursions reading a joint vector by one split, so
+that reverse mode gathers its cotangents in one concatenate (``jaxarm.dynamics.algebra.entries``). To
 compare with an earlier commit, run the same command with ``PYTHONPATH`` pointing at a checkout
 of it (``git worktree add /tmp/before <commit>``), alternating the runs.
 """
