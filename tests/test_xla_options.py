@@ -109,14 +109,51 @@ def test_rolled_runge_kutta_equals_the_written_out_steps():
     from jaxarm import integrators
 
     q, qd = jnp.array([0.4, -1.2, 2.0]), jnp.array([0.3, 0.0, -1.5])
-    for written, rolled in ((integrators.rk3, integrators.rk3_rolled), (integrators.rk4, integrators.rk4_rolled)):
-        for h in (1e-3, 0.05, 0.3):
-            for a, b in zip(written(_damped_driven_pendulum, 0.7, q, qd, h), rolled(_damped_driven_pendulum, 0.7, q, qd, h)):
-                np.testing.assert_allclose(b, a, rtol=1e-14, atol=1e-15)
+    tableaus = ((integrators.rk3, integrators.KUTTA3), (integrators.rk4, integrators.CLASSICAL_RK4))
+    for written, tableau in tableaus:
+        # the stages in a loop (a CPU's default) and one after the other (a GPU's), both forced here
+        for loop in (True, False):
+            rolled = integrators.explicit_rk(*tableau, loop=loop)
+            for h in (1e-3, 0.05, 0.3):
+                for a, b in zip(written(_damped_driven_pendulum, 0.7, q, qd, h), rolled(_damped_driven_pendulum, 0.7, q, qd, h)):
+                    np.testing.assert_allclose(b, a, rtol=1e-14, atol=1e-15)
     assert integrators.get_method("rk3") is integrators.rk3_rolled
     assert integrators.get_method("rk4") is integrators.rk4_rolled
     with np.testing.assert_raises(ValueError):
         integrators.explicit_rk((0.0, 1.0), ((0.0, 1.0), (1.0, 0.0)), (0.5, 0.5))  # implicit: A not strictly lower
+    with np.testing.assert_raises(ValueError):
+        integrators.explicit_rk(*integrators.KUTTA3, loop="gpu")
+
+
+def _scans(jaxpr):
+    """How many scans a jaxpr holds, nested ones included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == "scan"
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # a closed jaxpr's own
+                if hasattr(sub, "eqns"):
+                    count += _scans(sub)
+    return count
+
+
+def test_runge_kutta_stages_run_in_a_loop_on_a_cpu_and_one_after_the_other_elsewhere(monkeypatch):
+    """By name, "rk3" traces a loop over its stages on a CPU (one dynamics to compile) and the
+    stages one after the other on a GPU or TPU (no loop iterations to launch and synchronize)."""
+    from jaxarm import integrators
+
+    arm = sim_arm(3)
+    u = jnp.zeros((5, arm.n))
+
+    def program():
+        return jax.make_jaxpr(lambda u: jaxarm.rollout(arm, jnp.zeros(arm.n), jnp.zeros(arm.n), u, 0.01, on_divergence="flag").q)(u).jaxpr
+
+    assert jax.default_backend() != "cpu" or _scans(program()) == 2  # the time loop and, inside it, the stages
+    for platform in ("gpu", "tpu"):
+        monkeypatch.setattr(integrators.jax, "default_backend", lambda: platform)
+        assert not integrators.stages_in_a_loop()
+        assert _scans(program()) == 1  # the time loop only
 
 
 def test_rolled_rk3_rollout_equals_the_written_out_one_with_gradients():

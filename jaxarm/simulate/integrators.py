@@ -3,8 +3,9 @@
 Each integrator is a step function ``step(f, t, q, qd, dt) -> (q_next, qd_next, qdd)``, where
 ``qdd`` is the acceleration at the start of the step. Pass one to :func:`jaxarm.rollout` by name
 (``method="rk3"``) or as the function itself. The Runge-Kutta methods exist twice: written out
-(:func:`rk3`, :func:`rk4`, readable, the stages traced one after the other) and as a loop over
-the stages (:func:`explicit_rk`; ``"rk3"``/``"rk4"`` by name), which compiles the dynamics once.
+(:func:`rk3`, :func:`rk4`, readable, the stages traced one after the other) and from their
+Butcher tableaus (:func:`explicit_rk`; ``"rk3"``/``"rk4"`` by name), which on a CPU runs the stages
+as a loop and so compiles the dynamics once.
 """
 
 from __future__ import annotations
@@ -65,36 +66,55 @@ def semi_implicit_euler(f, t, q, qd, dt):
     return q + qd_next * dt, qd_next, a
 
 
-def explicit_rk(c, A, b, recompute: bool = True):
-    """The explicit Runge-Kutta step with Butcher tableau (c, A, b) written as a loop over its
-    stages (``jax.lax.scan``), so the dynamics ``f`` is traced and compiled once instead of once
-    per stage: stage i evaluates f at ``x + dt sum_j A[i][j] k_j`` (j < i), x = (q, qd), k_j = (qd_j, a_j);
-    the step is x + dt sum_i b_i k_i (Hairer, Norsett & Wanner, Solving ODEs I, II.1 eq. 1.8).
-    Equal to the unrolled form (e.g. :func:`rk3`) up to rounding. ``recompute``: in reverse mode
-    the loop keeps each stage's point and evaluates ``f`` again (:func:`_recomputed`); False
-    stores f's intermediates instead, as before (trajectory optimization's own step, whose
-    derivatives are written by hand, keeps that program)."""
+def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None):
+    """The explicit Runge-Kutta step with Butcher tableau (c, A, b): stage i evaluates f at
+    ``x + dt sum_j A[i][j] k_j`` (j < i), x = (q, qd), k_j = (qd_j, a_j); the step is
+    x + dt sum_i b_i k_i (Hairer, Norsett & Wanner, Solving ODEs I, II.1 eq. 1.8). Equal to the
+    written-out form (e.g. :func:`rk3`) up to rounding.
+
+    loop: run the stages as a loop (``jax.lax.scan``), so the dynamics ``f`` is traced and compiled
+    once instead of once per stage (True), or one after the other (False). None (the default)
+    decides by the platform the step is traced for (``jax.default_backend()``): the loop on a CPU,
+    where it compiles 2-3x faster and runs as fast; the stages one after the other elsewhere: on a
+    GPU every loop iteration costs kernel launches and a read of the loop's predicate by the host,
+    which made a 1000-step RK3 rollout of the Puma at batch 1024 on an H100 3.5x slower with the
+    loop (83 us a step against 23.5; ``experiments/time_loop_shapes.py``, docs/benchmarks.md).
+    ``recompute``: in reverse mode each stage keeps its point and evaluates ``f`` again
+    (:func:`_recomputed`); False stores f's intermediates instead, as before (trajectory
+    optimization's own step, whose derivatives are written by hand, keeps that program)."""
     c, A, b = (np.asarray(x, float) for x in (c, A, b))
     s = len(b)
     if A.shape != (s, s) or c.shape != (s,) or np.any(np.triu(A) != 0):
         raise ValueError(f"explicit_rk: expected c (s,), strictly lower-triangular A (s, s), b (s,); got {c.shape}, {A.shape}, {b.shape}")
+    if loop not in (None, True, False):
+        raise ValueError(f"explicit_rk: loop: expected None (by platform), True or False, got {loop!r}")
 
     def step(f, t, q, qd, dt):
         q, qd = jnp.asarray(q), jnp.asarray(qd)
         q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
-        A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
         f_stage = _recomputed(f) if recompute else f  # the stage loop keeps each stage's point only
 
-        def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
-            qi, qdi = q, qd
-            for j in range(s - 1):  # elementwise (no dot, no stacking: fuses under vmap)
-                qi, qdi = qi + (dt * A_[i, j]) * K[j][0], qdi + (dt * A_[i, j]) * K[j][1]
-            a = jnp.asarray(f_stage(t + c_[i] * dt, qi, qdi), q.dtype)
-            return tuple((jnp.where(i == j, qdi, kq), jnp.where(i == j, a, ka)) for j, (kq, ka) in enumerate(K)), None
+        if loop if loop is not None else stages_in_a_loop():
+            A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
-        zero = jnp.zeros_like(q)
-        K, _ = jax.lax.scan(stage, tuple((zero, zero) for _ in range(s)), jnp.arange(s))
+            def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
+                qi, qdi = q, qd
+                for j in range(s - 1):  # elementwise (no dot, no stacking: fuses under vmap)
+                    qi, qdi = qi + (dt * A_[i, j]) * K[j][0], qdi + (dt * A_[i, j]) * K[j][1]
+                a = jnp.asarray(f_stage(t + c_[i] * dt, qi, qdi), q.dtype)
+                return tuple((jnp.where(i == j, qdi, kq), jnp.where(i == j, a, ka)) for j, (kq, ka) in enumerate(K)), None
+
+            zero = jnp.zeros_like(q)
+            K, _ = jax.lax.scan(stage, tuple((zero, zero) for _ in range(s)), jnp.arange(s))
+        else:
+            K = []
+            for i in range(s):  # the same stages, one after the other (the tableau's zeros skipped)
+                qi, qdi = q, qd
+                for j in range(i):
+                    if A[i, j] != 0.0:
+                        qi, qdi = qi + (dt * float(A[i, j])) * K[j][0], qdi + (dt * float(A[i, j])) * K[j][1]
+                K.append((qdi, jnp.asarray(f_stage(t + float(c[i]) * dt, qi, qdi), q.dtype)))
         q_next = q + dt * sum(float(b[j]) * K[j][0] for j in range(s))
         qd_next = qd + dt * sum(float(b[j]) * K[j][1] for j in range(s))
         return q_next, qd_next, K[0][1]
@@ -103,17 +123,24 @@ def explicit_rk(c, A, b, recompute: bool = True):
     return step
 
 
+def stages_in_a_loop() -> bool:
+    """Whether :func:`explicit_rk` steps (``method="rk3"``/``"rk4"``) run their stages in a loop when
+    traced now: on a CPU yes, on other platforms (GPU, TPU) no (see :func:`explicit_rk`)."""
+    return jax.default_backend() == "cpu"
+
+
 # Kutta's third-order tableau (Kutta 1901): the stages of :func:`rk3`.
 KUTTA3 = ((0.0, 0.5, 1.0), ((0.0, 0.0, 0.0), (0.5, 0.0, 0.0), (-1.0, 2.0, 0.0)), (1 / 6, 4 / 6, 1 / 6))
 rk3_rolled = explicit_rk(*KUTTA3)
-rk3_rolled.__doc__ = "Kutta's third-order method (as :func:`rk3`) with its three stages in a loop: one dynamics to compile."
+rk3_rolled.__doc__ = "Kutta's third-order method (as :func:`rk3`) with its three stages in a loop on a CPU (one dynamics to compile), written out on a GPU."
 # The classical fourth-order tableau: the stages of :func:`rk4`.
 CLASSICAL_RK4 = ((0.0, 0.5, 0.5, 1.0), ((0, 0, 0, 0), (0.5, 0, 0, 0), (0, 0.5, 0, 0), (0, 0, 1.0, 0)), (1 / 6, 1 / 3, 1 / 3, 1 / 6))
 rk4_rolled = explicit_rk(*CLASSICAL_RK4)
-rk4_rolled.__doc__ = "Classical fourth-order Runge-Kutta (as :func:`rk4`) with its four stages in a loop."
+rk4_rolled.__doc__ = "Classical fourth-order Runge-Kutta (as :func:`rk4`) with its four stages in a loop on a CPU, written out on a GPU."
 
-# By name, "rk3" and "rk4" are the rolled forms: a 1000-step RK3 rollout of the Puma 560 compiles
-# ~2.5x faster and runs as fast or faster (tests/test_xla_options.py checks them against rk3, rk4).
+# By name, "rk3" and "rk4" are the rolled forms: on a CPU a 1000-step RK3 rollout of the Puma 560
+# compiles ~2.5x faster and runs as fast or faster; on a GPU they trace their stages one after the
+# other (tests/test_xla_options.py checks both forms against rk3, rk4).
 METHODS = {"rk3": rk3_rolled, "rk4": rk4_rolled, "euler": euler, "semi_implicit_euler": semi_implicit_euler}
 ORDER = {"rk3": 3, "rk4": 4, "euler": 1, "semi_implicit_euler": 1}
 
