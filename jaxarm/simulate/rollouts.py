@@ -91,6 +91,29 @@ def check_divergence(traj: Trajectory, dt=None) -> Trajectory:
     return traj
 
 
+def _with_tangent(x, sources):
+    """x itself, made to depend on the arrays ``sources`` through a select that never picks them.
+
+    In forward or reverse mode, where anything in ``sources`` has a tangent, x has one too (zeros
+    where it had none); without differentiation XLA folds the select away (the optimized programs
+    of a rollout and of its gradient are unchanged). A rollout differentiated with respect to its
+    inputs or its arm but not its start state has a state without a tangent until the first
+    step, and ``jax.lax.scan``'s derivative rule then linearizes the time loop's body a second
+    time (with the Runge-Kutta stage loop inside it) once the tangent appears. With the tangent
+    there from the start, once: a Puma torque gradient (1000 steps, batch 16) traced in 1.5-1.9 s
+    instead of 3.0-3.6 s. The select's transpose gives the sources exact zeros (no 0 * inf)."""
+    firsts = [s.ravel()[0].astype(x.dtype) for s in sources if s.size]
+    if not firsts:
+        return x
+    return jnp.where(jnp.zeros(x.shape, bool), sum(firsts), x)
+
+
+def _tangent_sources(tree):
+    """The floating-point arrays of ``tree`` being traced (only those can carry a tangent)."""
+    return [x for x in jax.tree_util.tree_leaves(tree)
+            if isinstance(x, jax.core.Tracer) and jnp.issubdtype(x.dtype, jnp.inexact)]
+
+
 def _as_schedule(x, T, width, name):
     x = jnp.asarray(x)
     if x.ndim == 1:
@@ -272,6 +295,9 @@ def rollout(
 
     init = (q0.astype(dtype), qd0.astype(dtype), jnp.zeros(n if hold > 1 else 0, dtype), jnp.asarray(-1, jnp.int32),
             jnp.zeros(n, jnp.int32))
+    if not adjoint:  # the float carries have a tangent from the first step: the time loop's body is linearized once
+        sources = _tangent_sources((arm, dt, t0, schedule, ext))
+        init = tuple(_with_tangent(x, sources) for x in init[:3]) + init[3:]
     xs = (jnp.arange(T, dtype=jnp.int32), schedule, ext)
     params = (arm, dt, t0)
     if adjoint:
