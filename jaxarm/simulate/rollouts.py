@@ -301,7 +301,6 @@ def rollout(
     xs = (jnp.arange(T, dtype=jnp.int32), schedule, ext)
     params = (arm, dt, t0)
     if adjoint:
-        scan_body, scan_params = body, params
         if checks.concrete(arm):
             # A constant arm (not differentiated) is closed over rather than passed as a parameter
             # of the adjoint scan: its values stay known while tracing and its structural zeros
@@ -310,6 +309,8 @@ def rollout(
                 return body((arm,) + p, carry, xs_k)
 
             scan_params = (dt, t0)
+        else:
+            scan_body, scan_params = body, params
         (_, _, _, diverged, held_steps), (qs, qds, qdds, taus, us) = adjoint_scan(scan_body, scan_params, init, xs)
     else:
         step = functools.partial(body, params)
