@@ -95,7 +95,8 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None):
 
         f_stage = _recomputed(f) if recompute else f  # the stage loop keeps each stage's point only
 
-        if loop if loop is not None else stages_in_a_loop():
+        in_a_loop = stages_in_a_loop() if loop is None else loop
+        if in_a_loop:
             A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
             def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
