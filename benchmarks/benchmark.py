@@ -643,13 +643,11 @@ def mjx_status():
         return mjx, "unknown"
 
 
-def bench_mjx(rec, name, arm, cfg, rng, mjx, version):
-    """jax.vmap of mjx.step in a lax.scan (RK4, float64): steps/s at small batches and compile time."""
-    impl = f"mjx {version}"
-    model = mujoco_model(arm, cfg.dt)
+def mjx_rollout(mjx, model):
+    """(one, (mx, d0)): final qpos = one(q0, qd0, u (T, nu)), ``mjx.step`` in a ``lax.scan`` from
+    (q0, qd0), one control row per step (vmap it over a batch); mx, d0 the MJX model and data."""
     mx = mjx.put_model(model)
     d0 = mjx.make_data(mx)
-    T = cfg.mjx_steps
 
     def one(q0, qd0, u):
         def body(d, uk):
@@ -657,6 +655,15 @@ def bench_mjx(rec, name, arm, cfg, rng, mjx, version):
 
         d, _ = jax.lax.scan(body, d0.replace(qpos=q0, qvel=qd0), u)
         return d.qpos
+
+    return one, (mx, d0)
+
+
+def bench_mjx(rec, name, arm, cfg, rng, mjx, version):
+    """jax.vmap of mjx.step in a lax.scan (RK4, float64): steps/s at small batches and compile time."""
+    impl = f"mjx {version}"
+    one, _ = mjx_rollout(mjx, mujoco_model(arm, cfg.dt))
+    T = cfg.mjx_steps
 
     for B in cfg.mjx_batches:
         args = tuple(jnp.asarray(x) for x in rollout_inputs(arm, rng, B, T))

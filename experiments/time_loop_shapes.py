@@ -131,21 +131,13 @@ def mjx_rows(name):
     except Exception as e:  # absent or broken install
         emit(arm=name, implementation="mjx", skipped=f"{type(e).__name__}: {e}".splitlines()[0])
         return
-    from benchmark import mujoco_model
+    from benchmark import mjx_rollout, mujoco_model
 
     jax.config.update("jax_enable_x64", a.dtype == "float64")  # (importing the benchmark module turns it on)
     arm = jaxarm.load_arm(name)
-    mx = mjx.put_model(mujoco_model(arm, DT))
-    d0 = mjx.make_data(mx)
-    leaves = [x.dtype for x in jax.tree_util.tree_leaves((mx, d0)) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)]
+    one, model_and_data = mjx_rollout(mjx, mujoco_model(arm, DT))
+    leaves = [x.dtype for x in jax.tree_util.tree_leaves(model_and_data) if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)]
     T = a.mjx_steps
-
-    def one(q0, qd0, u):
-        def body(d, uk):
-            return mjx.step(mx, d.replace(ctrl=uk)), None
-
-        d, _ = jax.lax.scan(body, d0.replace(qpos=q0, qvel=qd0), u)
-        return d.qpos
 
     for B in a.mjx_batches or a.batches:
         args = inputs(arm, B, T)
