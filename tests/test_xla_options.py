@@ -173,3 +173,36 @@ def test_rolled_rk3_rollout_equals_the_written_out_one_with_gradients():
     np.testing.assert_allclose(by_name[0], written[0], rtol=1e-13)
     np.testing.assert_allclose(by_name[1], written[1], rtol=1e-10, atol=1e-13)
     assert float(jnp.max(jnp.abs(by_name[1]))) > 1e-6
+
+
+def _expensive(x):
+    """A long elementwise chain (a stand-in for an unrolled forward dynamics)."""
+    y = x
+    for k in range(60):
+        y = jnp.sin(y) * (1.0 + 0.01 * k) + jnp.cos(y * y)
+    return y
+
+
+def _consumers(y, x):
+    """Many cheap consumers of y, each mixing in another input: XLA fuses y into each of them."""
+    return tuple(y * x[:, j] + j for j in range(x.shape[1]))
+
+
+def test_computed_once_gives_fn_and_keeps_it_out_of_its_consumers():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(50, 8)))
+    plain = lambda x: _consumers(_expensive(x[:, 0]), x)  # noqa: E731
+    once = lambda x: _consumers(_xla.computed_once(_expensive, x[:, 0]), x)  # noqa: E731
+    np.testing.assert_allclose(jax.jit(once)(x), jax.jit(plain)(x), rtol=1e-14, atol=0)
+    # pytrees in and out, vmap (a batched predicate) and non-finite inputs (NaN out, as documented)
+    pair = lambda a, b: {"s": a + b["u"], "p": a * b["u"]}  # noqa: E731
+    out = jax.jit(jax.vmap(lambda a, b: _xla.computed_once(pair, a, {"u": b})))(x[:, 0], x[:, 1])
+    np.testing.assert_allclose(out["s"], x[:, 0] + x[:, 1], rtol=1e-15)
+    np.testing.assert_allclose(out["p"], x[:, 0] * x[:, 1], rtol=1e-15)
+    bad = x.at[3, 0].set(jnp.inf)
+    assert bool(jnp.all(jnp.isnan(jax.jit(lambda x: _xla.computed_once(_expensive, x[:, 0]))(bad))))
+    if jax.default_backend() == "cpu":  # the point of it: the chain compiled once, not once per consumer
+        def sines(f):
+            return jax.jit(f, compiler_options=_xla.compiler_options()).lower(x).compile().as_text().count(" sine(")
+
+        assert sines(once) == 60 and sines(plain) >= 4 * 60, (sines(once), sines(plain))

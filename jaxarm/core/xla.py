@@ -116,3 +116,35 @@ def enable_compilation_cache(path=None, *, min_compile_time: float = 0.5):
     jax.config.update("jax_compilation_cache_dir", setting)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_time))
     return setting
+
+
+def computed_once(fn, *args):
+    """``fn(*args)``, computed where XLA:CPU cannot fuse it into each of its consumers.
+
+    XLA fuses an elementwise producer into every consumer it feeds, computing it again in each
+    one. That is the right choice for cheap producers, and the wrong one for a whole unrolled
+    forward dynamics (thousands of scalar operations) that feeds dozens of Jacobian entries: each
+    entry's loop fusion then contains the whole dynamics, and compiling the trajectory solver
+    took 35 s for the UR5, of which most went to those copies (240k lines of optimized HLO).
+    Here ``fn`` runs as the body of a loop that executes once (a ``lax.while_loop`` whose trip
+    count XLA cannot know: it runs when every input is finite), so its outputs are stored once
+    and read by the consumers. With non-finite inputs the outputs are NaN, as the dynamics would
+    give. Under ``jax.vmap`` the loop stays a loop (a batched predicate only masks the update).
+
+    On platforms other than a CPU this is ``fn(*args)``: there each loop iteration synchronizes
+    with the host, and the effect on compile time there has not been measured."""
+    if jax.default_backend() != "cpu":
+        return fn(*args)
+    flat, tree = jax.tree_util.tree_flatten(args)
+    closed, shapes = jax.make_jaxpr(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)), return_shape=True)(*flat)
+    floats = [x for x in flat if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats])) if floats else jnp.array(True)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    empty = [jnp.full(s.shape, jnp.nan, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact) else jnp.zeros(s.shape, s.dtype)
+             for s in jax.tree_util.tree_leaves(shapes)]
+
+    def body(carry):  # fn traced once (above), evaluated here
+        return jnp.array(True), jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat)
+
+    _, out = jax.lax.while_loop(lambda c: ~c[0], body, (~finite, empty))
+    return jax.tree_util.tree_unflatten(out_tree, out)
