@@ -163,7 +163,7 @@ def test_step_second_derivatives_are_the_hessian_of_the_costate_times_the_step()
 
     from tests.helpers import random_arm
 
-    ocp_module = importlib.import_module("jaxarm.control.trajopt.ocp")
+    ocp_module = importlib.import_module("jaxarm.control.step_jacobians")
     arm = random_arm(5, "RP", drives=True)
     arm = arm.replace(drives=dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05)))
     rng = np.random.default_rng(3)
@@ -424,7 +424,7 @@ def test_step_jacobians_equal_forward_mode_through_the_step(method, input):
 
     from tests.helpers import random_arm
 
-    ocp_module = importlib.import_module("jaxarm.control.trajopt.ocp")
+    ocp_module = importlib.import_module("jaxarm.control.step_jacobians")
     arm = random_arm(5, "RRPR", drives=True, payload=True)
     drives = dataclasses.replace(arm.drives, coulomb_velocity_scale=np.full(arm.n, 0.05))
     arm = arm.replace(drives=drives)
@@ -455,7 +455,8 @@ def test_hand_written_step_adjoint_equals_reverse_mode_through_the_step(method, 
     (adjoint of the stages, one reverse pass through Newton-Euler, dt summed by hand) against
     jax.grad through the very step, with respect to every array of the problem (the arm's links,
     drives, friction, payload and kinematics, dt), on a two-joint arm with drives and friction."""
-    from jaxarm.control.trajopt.ocp import _step, solver_arm
+    from jaxarm.control.step_jacobians import _step
+    from jaxarm.control.trajopt.ocp import solver_arm
     from jaxarm.control.trajopt.solvers.implicit import _dynamics_data_vjp
     from tests.helpers import random_arm
 

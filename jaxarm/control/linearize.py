@@ -39,6 +39,7 @@ from ..model.arm import Arm
 from ..simulate import integrators
 from ..simulate.batch import _ConstantArm
 from ..simulate.rollouts import rollout
+from .step_jacobians import _EULER, _TABLEAUS, _joint_torque, _step_jacobians
 
 INPUTS = ("torque", "voltage")
 
@@ -131,14 +132,6 @@ def _f_ext_rows(f_ext, T, func):
 # --------------------------------------------------------------------------- dynamics
 
 
-def _joint_torque(arm, u, qd, input, saturate):
-    """Joint torque from the input, exactly as :func:`jaxarm.rollout` applies it."""
-    if input == "torque" and saturate:
-        lim = jnp.asarray(arm.limits.torque, u.dtype)
-        return jnp.clip(u, -lim, lim)
-    return motors._input_torque(arm, u, qd, input)  # voltage: Swartz eq 12, clipped at voltage_limit
-
-
 def _state_derivative(arm, x, u, input="torque", f_ext=None, saturate=True):
     n = arm.n
     q, qd = x[:n], x[n:]
@@ -212,7 +205,13 @@ def _continuous_jacobians(arm, x, u, fe, input, saturate, constant=None):
 
 @functools.partial(_xla_jit, static_argnames=("method", "input", "saturate", "constant"))
 def _discrete_jacobians(arm, x, u, dt, fe, method, input, saturate, constant=None):
+    """(A, B) of the step at every point: for the methods by name from the dynamics' structure
+    (:func:`jaxarm.control.step_jacobians._step_jacobians`: the same numbers to round-off, a
+    program a fraction of the size), for a step function of your own by forward mode through it."""
     arm = constant.arm if constant is not None else arm
+    if isinstance(method, str) and (method in _TABLEAUS or method in _EULER):
+        _, A, B = _step_jacobians(arm, x, u, dt, method, input, fe, saturate)
+        return A, B
 
     def one(x, u, fe):
         return jax.jacfwd(_step, argnums=(1, 2))(arm, x, u, dt, fe, method, input, saturate)

@@ -41,7 +41,8 @@ import numpy as np
 
 from ....dynamics import linalg
 from ....simulate.batch import _strong
-from ..ocp import OCP, _finite, _step, _step_jacobians, _step_second_derivatives, solver_arm
+from ...step_jacobians import _step, _step_jacobians, _step_second_derivatives
+from ..ocp import OCP, _finite, solver_arm
 from .implicit import solution_vjp
 from .knots import (_constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
                     _rate_parts, _rate_term, _violation)

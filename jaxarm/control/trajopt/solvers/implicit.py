@@ -61,10 +61,10 @@ import jax.scipy.linalg  # noqa: F401  (jax.scipy.linalg.cho_factor)
 import numpy as np
 
 from ....dynamics import linalg
-from ...linearize import _joint_torque
 from ....dynamics.newton_euler import _inverse_dynamics
-from ..ocp import (_EULER, _TABLEAUS, OCP, _accel_factored, _fd_step, _stages, _step, _step_jacobians,
-                   _step_second_derivatives, solver_arm)
+from ...step_jacobians import (_EULER, _TABLEAUS, _accel_factored, _fd_step, _joint_torque, _stages, _step, _step_jacobians,
+                               _step_second_derivatives)
+from ..ocp import OCP, solver_arm
 from .knots import _constraint_layout, _constraints, _knot_cost, _rate_cost, _rate_term
 
 UZAWA_ITERATIONS = 60

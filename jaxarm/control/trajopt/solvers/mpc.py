@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..ocp import OCP, _step, solver_arm
+from ...step_jacobians import _step
+from ..ocp import OCP, solver_arm
 from .ddp import OCPResult, ddp
 
 
