@@ -38,7 +38,7 @@ from ..model import checks
 from ..model.arm import Arm
 from ..simulate import integrators
 from ..simulate.batch import _ConstantArm
-from ..simulate.rollouts import rollout
+from ..simulate.rollouts import end_stops, rollout
 from .step_jacobians import _EULER, _TABLEAUS, _joint_torque, _step_jacobians
 
 INPUTS = ("torque", "voltage")
@@ -210,7 +210,19 @@ def _discrete_jacobians(arm, x, u, dt, fe, method, input, saturate, constant=Non
     program a fraction of the size), for a step function of your own by forward mode through it."""
     arm = constant.arm if constant is not None else arm
     if isinstance(method, str) and (method in _TABLEAUS or method in _EULER):
-        _, A, B = _step_jacobians(arm, x, u, dt, method, input, fe, saturate)
+        y, A, B = _step_jacobians(arm, x, u, dt, method, input, fe, saturate)
+        lims = arm.limits.position
+        if not checks.concrete(lims) or np.any(np.isfinite(np.asarray(lims))):
+            # the rollout's end stops after the step (chain rule through them, as forward mode
+            # through the rollout gives): clipped joints lose their rows
+            n = arm.n
+
+            def stopped(y):
+                q, qd, _ = end_stops(y[:n], y[n:], lims[:, 0], lims[:, 1])
+                return jnp.concatenate([q, qd])
+
+            S = jax.vmap(jax.jacfwd(stopped))(y)
+            A, B = S @ A, S @ B
         return A, B
 
     def one(x, u, fe):
