@@ -3,7 +3,7 @@ from the dynamics' structure instead of automatic differentiation through the wh
 Runge-Kutta stages by the chain rule, the accelerations' Jacobians from inverse dynamics
 (Carpentier & Mansard 2018, Sec. III-B), the forward dynamics and Newton-Euler's residuals stored
 once (:func:`jaxarm.core.xla.computed_once`). One implementation, used by
-:func:`jaxarm.linearize_trajectory` (and so LQR, the extended Kalman filter, iLQR) and by the
+:func:`jaxarm.linearize_trajectory` (and so TV-LQR design and the iLQR of ``reach_problem``) and by the
 trajectory-optimization solvers (:mod:`jaxarm.control.trajopt`)."""
 
 from __future__ import annotations
