@@ -89,6 +89,31 @@ def test_discrete_step_jacobians_match_finite_differences():
         assert_close(Bd[k], Bfd, 1e-7, f"Bd[{k}]")
 
 
+def test_structured_step_jacobians_equal_forward_mode_through_the_rollout_step():
+    """A step by name takes the step Jacobians built from the dynamics' structure
+    (jaxarm.control.step_jacobians); the same step passed as a function goes through forward mode
+    of the rollout's step. Both give the same A, B with a tool wrench, a torque beyond its limit
+    (saturated: a zero column of B) and a joint that ends the step on its end stop (a zero row)."""
+    from jaxarm.simulate import integrators
+
+    arm = _arm(5)
+    q, qd, u = _nominal(5, T=4)
+    dt = 5e-3
+    u[1, 0] = 6.0  # beyond the torque limit of 4 set below
+    limits = np.tile([-3.0, 3.0], (N_JOINTS, 1))
+    qd[2, 2] = abs(qd[2, 2])
+    limits[2, 1] = q[2, 2] + 1e-4  # joint 3 runs into its upper stop during step 2
+    q[:, 2] = np.minimum(q[:, 2], limits[2, 1])
+    arm = arm.replace(limits=dataclasses.replace(arm.limits, position=limits, torque=np.full(N_JOINTS, 4.0)))
+    f_ext = np.random.default_rng(5).normal(size=(4, 6))
+    A1, B1 = jaxarm.linearize.linearize_trajectory(arm, q, qd, u, dt, method="semi_implicit_euler", f_ext=f_ext)
+    A2, B2 = jaxarm.linearize.linearize_trajectory(arm, q, qd, u, dt, method=integrators.semi_implicit_euler, f_ext=f_ext)
+    assert_close(A1, A2, 1e-12, "A")
+    assert_close(B1, B2, 1e-12, "B")
+    assert float(jnp.max(jnp.abs(B1[1, :, 0]))) == 0.0  # the saturated torque
+    assert float(jnp.max(jnp.abs(A1[2, 2]))) == 0.0 and float(jnp.max(jnp.abs(A1[2, N_JOINTS + 2]))) == 0.0  # on the stop
+
+
 def test_step_at_equilibrium_is_rk3_of_the_linear_model_and_zoh_agrees_to_fourth_order():
     """At an equilibrium (qd = 0, u = gravity torque) every RK3 stage sits at x*, so by the chain rule
     the step Jacobian is RK3 applied to dx' = A dx + B du exactly:

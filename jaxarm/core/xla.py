@@ -131,20 +131,36 @@ def computed_once(fn, *args):
     and read by the consumers. With non-finite inputs the outputs are NaN, as the dynamics would
     give. Under ``jax.vmap`` the loop stays a loop (a batched predicate only masks the update).
 
+    Differentiable in forward and reverse mode: the derivative rule differentiates ``fn`` itself
+    (outside the loop), so ``jax.grad`` through it works as through ``fn``.
+
     On platforms other than a CPU this is ``fn(*args)``: there each loop iteration synchronizes
     with the host, and the effect on compile time there has not been measured."""
     if jax.default_backend() != "cpu":
         return fn(*args)
     flat, tree = jax.tree_util.tree_flatten(args)
     closed, shapes = jax.make_jaxpr(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)), return_shape=True)(*flat)
-    floats = [x for x in flat if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats])) if floats else jnp.array(True)
+    jaxpr, consts = closed.jaxpr, list(closed.consts)  # consts: fn's closed-over values, passed explicitly
     out_tree = jax.tree_util.tree_structure(shapes)
-    empty = [jnp.full(s.shape, jnp.nan, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact) else jnp.zeros(s.shape, s.dtype)
-             for s in jax.tree_util.tree_leaves(shapes)]
+    m = len(consts)
 
-    def body(carry):  # fn traced once (above), evaluated here
-        return jnp.array(True), jax.core.eval_jaxpr(closed.jaxpr, closed.consts, *flat)
+    def evaluate(*values):
+        return jax.core.eval_jaxpr(jaxpr, list(values[:m]), *values[m:])
 
-    _, out = jax.lax.while_loop(lambda c: ~c[0], body, (~finite, empty))
-    return jax.tree_util.tree_unflatten(out_tree, out)
+    @jax.custom_jvp
+    def once(*values):
+        floats = [x for x in values[m:] if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats])) if floats else jnp.array(True)
+        empty = [jnp.full(s.shape, jnp.nan, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact) else jnp.zeros(s.shape, s.dtype)
+                 for s in jax.tree_util.tree_leaves(shapes)]
+
+        def body(carry):  # fn traced once (above), evaluated here
+            return jnp.array(True), evaluate(*values)
+
+        return jax.lax.while_loop(lambda c: ~c[0], body, (~finite, empty))[1]
+
+    @once.defjvp
+    def _(primals, tangents):
+        return once(*primals), jax.jvp(evaluate, primals, tangents)[1]
+
+    return jax.tree_util.tree_unflatten(out_tree, once(*consts, *flat))
