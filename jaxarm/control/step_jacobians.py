@@ -27,7 +27,6 @@ def _joint_torque(arm, u, qd, input, saturate):
     return motors._input_torque(arm, u, qd, input)  # voltage: Swartz eq 12, clipped at voltage_limit
 
 
-
 def _step(arm, x, u, dt, method, input):
     """x_{k+1} (2n,): one step of the integrator ``method`` from x = (q, qd) with u held, no
     clipping of the input (the same step :func:`jaxarm.rollout` takes with ``saturate=False``)."""
