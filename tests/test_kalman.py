@@ -169,3 +169,29 @@ def test_smoother_and_online_payload_mass(arm):
     assert abs(mass - 1.5) < 0.1 and abs(mass - 1.5) < 4 * std, (mass, std)
     with pytest.raises(ValueError, match="parameters"):
         extended_kalman_filter(arm, u, z, parameters=with_mass, theta0=None, theta_std=[1.0], **kw)
+
+
+def test_end_stops_are_in_the_process_model(arm):
+    """A joint that runs into its end stop (``jaxarm.rollout``'s rigid stops) is followed: the
+    prediction goes through the same stops, and the estimate stays within the encoder noise with
+    innovations of the right size. Without them (``stops=False``) the filter predicts the joint
+    moving on and drifts far off, which is what the option is there for."""
+    n = arm.n
+    lim = np.array([[-0.3, 0.3]] * n)
+    stopped = arm.replace(limits=dataclasses.replace(arm.limits, position=lim))
+    rng = np.random.default_rng(3)
+    t = np.arange(STEPS) * DT
+    gravity = np.asarray(jaxarm.inverse_dynamics(arm, np.zeros(n), np.zeros(n), np.zeros(n)))
+    u = gravity + 0.5 * np.abs(gravity).max() * np.stack([np.sin(2 * np.pi * (0.8 + 0.4 * j) * t) for j in range(n)], axis=1)
+    traj = jaxarm.rollout(stopped, np.zeros(n), np.zeros(n), u, DT)
+    assert np.asarray(traj.stop_steps).max() > 20, traj.stop_steps  # a joint spends a while on its stop
+    z = np.asarray(traj.q) + POSITION_STD * rng.normal(size=traj.q.shape)
+    options = dict(dt=DT, q0=z[0], torque_std=TORQUE_STD, position_std=POSITION_STD)
+    est = extended_kalman_filter(stopped, u, z, **options)
+    assert np.abs(est.q - traj.q).max() < 5 * POSITION_STD
+    assert 0.5 < np.mean(est.nis) / n < 2.0, np.mean(est.nis) / n  # chi-square with n degrees of freedom on average
+    free = extended_kalman_filter(stopped, u, z, stops=False, **options)
+    assert np.abs(free.q - traj.q).max() > 50 * POSITION_STD
+    assert np.mean(free.nis) / n > 10
+    with pytest.raises(ValueError, match="stops"):
+        extended_kalman_filter(stopped, u, z, stops="yes", **options)

