@@ -41,14 +41,6 @@ def test_every_tutorial_and_guide_is_executed_and_in_the_site():
         assert page in nav or page == "architecture.md" and "architecture.md" in nav, f"{page} is not in mkdocs.yml's nav"
 
 
-@pytest.fixture(scope="session")
-def compile_cache(tmp_path_factory):
-    """One JAX compilation cache for every page of this test run (shared by the pytest-xdist
-    workers: their temporary folders have a common parent), so the pages' repeated programs
-    compile once; it starts empty in every fresh run."""
-    return tmp_path_factory.getbasetemp().parent / "docs-jax-cache"
-
-
 def test_blocks_run_elsewhere_are_run_there():
     """A block marked ``<!-- run by tests/x.py -->`` is read and run by that test file."""
     for page in PAGES:

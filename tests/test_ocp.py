@@ -572,7 +572,8 @@ def test_gradients_of_the_solution_for_chosen_data_with_a_semi_implicit_euler_st
     args = (jnp.asarray(goal0), jnp.asarray(DT), jnp.asarray(arm.links.mass, float))
     _, res = value(*args)
     assert bool(res.converged), res.reason()
-    grads = jaxarm.jit(jax.grad(lambda *a: loss(*a)[0], argnums=(0, 1, 2)))(*args)
+    gradient = jaxarm.jit(jax.grad(lambda *a: loss(*a)[0], argnums=(0, 1, 2)))
+    grads = gradient(*args)
     for which, h in ((0, 1e-5), (1, 1e-7), (2, 1e-5)):
         base = np.asarray(args[which], float)
         fd = np.zeros(base.size)
@@ -589,5 +590,5 @@ def test_gradients_of_the_solution_for_chosen_data_with_a_semi_implicit_euler_st
     goals = jnp.stack([args[0], args[0] + jnp.array([-0.05, 0.05, 0.0])])
     batched = jaxarm.jit(jax.vmap(jax.grad(lambda g: loss(g, *args[1:])[0])))(goals)
     assert_close(np.asarray(batched[0]), np.asarray(grads[0]), rtol=1e-6, atol=1e-9)  # a batch iterates until its slowest member stops
-    one = jaxarm.jit(jax.grad(lambda g: loss(g, *args[1:])[0]))(goals[1])
+    one = gradient(goals[1], *args[1:])[0]  # the compiled gradient above, at the second goal
     assert_close(np.asarray(batched[1]), np.asarray(one), rtol=1e-6, atol=1e-9)

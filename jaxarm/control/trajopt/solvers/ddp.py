@@ -41,7 +41,7 @@ import numpy as np
 
 from ....dynamics import linalg
 from ....simulate.batch import _strong
-from ...step_jacobians import _step, _step_jacobians, _step_second_derivatives
+from ...step_jacobians import _step_jacobians, _step_pair, _step_second_derivatives
 from ..ocp import OCP, _finite, solver_arm
 from .implicit import solution_vjp
 from .knots import (_constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
@@ -339,7 +339,7 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
     has_scalars = any(t.kind == "scalar" for t in problem.costs)
     lower = jnp.asarray(problem.lower, dtype)
     upper = jnp.asarray(problem.upper, dtype)
-    step = lambda x, u: _step(arm, x, u, problem.dt, problem.method, problem.input)  # noqa: E731
+    step = lambda q, qd, u: _step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input)  # noqa: E731
     ks = jnp.arange(T + 1)
     # an input-rate term couples consecutive inputs: the solver's state is then (x, u_{k-1}) (3n),
     # with u_{k-1} moved on by the dynamics (u_prev+ = u) and the rate a least-squares cost of the knot
@@ -438,17 +438,21 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
     def forward(xs, us, gaps, bw, alpha):
         prev = _rate_parts(problem, us)[1] if rate else us  # (unused without a rate term)
 
+        # q and qd carried apart (see _step_pair: batched, a concatenated state made this loop 14x slower)
         def one(carry, d):
-            x, up = carry
+            q, qd, up = carry
             x_ref, up_ref, u_ref, k, K, f_next = d
+            x = jnp.concatenate([q, qd])
             dx = jnp.concatenate([x - x_ref, up - up_ref]) if rate else x - x_ref
             u = jnp.clip(u_ref + alpha * k + K @ dx, lower, upper)
-            x_next = step(x, u) - (1.0 - alpha) * f_next[: 2 * n]
-            return (x_next, u), (x_next, u)
+            q_next, qd_next = step(q, qd, u)
+            q_next = q_next - (1.0 - alpha) * f_next[:n]
+            qd_next = qd_next - (1.0 - alpha) * f_next[n: 2 * n]
+            return (q_next, qd_next, u), (q_next, qd_next, u)
 
         x0 = xs[0] + alpha * gaps[0, : 2 * n]
-        _, (xn, un) = jax.lax.scan(one, (x0, prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
-        return jnp.concatenate([x0[None], xn]), un
+        _, (qn, qdn, un) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
+        return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un
 
     def inner(xs, us, lam, mu, it, log, gap):
         J = objective(xs, us, lam, mu)
