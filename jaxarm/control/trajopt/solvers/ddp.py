@@ -44,7 +44,7 @@ from ....simulate.batch import _strong
 from ...step_jacobians import _step_jacobians, _step_pair, _step_second_derivatives
 from ..ocp import OCP, _finite, solver_arm
 from .implicit import solution_vjp
-from .knots import (_constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
+from .knots import (_at_knots, _constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
                     _rate_parts, _rate_term, _violation)
 
 # Why a solve stopped (``OCPResult.status``); see :meth:`OCPResult.reason`.
@@ -290,7 +290,7 @@ def ddp(
     eq = jnp.asarray(eq_np)
     ks = jnp.arange(T + 1)
     xu = jnp.concatenate([xs, jnp.concatenate([us, jnp.zeros((1, n), dtype)])], axis=1)
-    cost = jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, ks)) + _rate_cost(problem, us)
+    cost = jnp.sum(_at_knots(problem, lambda skip, xu, k: _knot_cost(problem, arm, xu, k, skip), xu, ks)) + _rate_cost(problem, us)
     cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
     viol = jnp.max(_violation(cv, active, eq), initial=0.0)
     finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
@@ -350,7 +350,7 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
 
     def objective(xs, us, lam, mu):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
-        knots = jnp.sum(jax.vmap(lambda xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu))(xu, ks, lam))
+        knots = jnp.sum(_at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip), xu, ks, lam))
         return knots + _rate_cost(problem, us)
 
     def constraint_values(xs, us):
@@ -464,7 +464,8 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
             xs, us, J, reg, fails, it, done, stop, log, _ = c
             gaps, A, B = dynamics(xs, us)
             xu = jnp.concatenate([xs, pad(us)], axis=1)
-            g, H = jax.vmap(lambda xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu))(xu, ks, lam)
+            g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
+                             xu, ks, lam)
             if rate:
                 g, H = with_rate(g, H, us)
             if second_order:
@@ -605,4 +606,4 @@ def total_cost(problem: OCP, x, u):
         raise ValueError(f"total_cost: expected x ({T + 1}, {2 * n}) and u ({T}, {n}), got {x.shape} and {u.shape}")
     arm = solver_arm(problem)
     xu = jnp.concatenate([x, jnp.concatenate([u, jnp.zeros((1, n), dtype)])], axis=1)
-    return jnp.sum(jax.vmap(lambda xu, k: _knot_cost(problem, arm, xu, k))(xu, jnp.arange(T + 1))) + _rate_cost(problem, u)
+    return jnp.sum(_at_knots(problem, lambda skip, xu, k: _knot_cost(problem, arm, xu, k, skip), xu, jnp.arange(T + 1))) + _rate_cost(problem, u)

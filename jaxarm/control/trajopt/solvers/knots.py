@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,13 +27,37 @@ def _constraint_layout(problem: OCP):
     return sizes, eq
 
 
-def _residuals(problem, arm, xu, k):
-    """Stacked residuals (r,) of the least-squares costs at knot k, and their weights (r,)."""
+def _skipped(problem, final: bool) -> frozenset:
+    """The cost terms (indices into ``problem.costs``) whose weight is zero by construction, from
+    their static ``when``, at the final knot (``final``) or at every knot before it: a term of the
+    path (or one that reads the input) at the final knot, a term of the end before it. Their values
+    there would only be multiplied by zero."""
+    out = set()
+    for i, t in enumerate(problem.costs):
+        if (final and (t.when == "path" or t.uses_input)) or (not final and t.when == "end"):
+            out.add(i)
+    return frozenset(out)
+
+
+def _at_knots(problem, fn, *per_knot):
+    """``fn(skip, *args_k)`` at every knot k = 0..T, the arrays ``per_knot`` having T+1 rows:
+    vmapped over the knots before the last, and at the last apart, each group skipping the cost
+    terms that are zero there (:func:`_skipped`): a tool target at the end is then not evaluated,
+    nor differentiated, at the T knots of the path. Outputs stacked as one vmap would stack them."""
+    T = problem.T
+    head = jax.vmap(functools.partial(fn, _skipped(problem, False)))(*(a[:T] for a in per_knot))
+    tail = jax.vmap(functools.partial(fn, _skipped(problem, True)))(*(a[T:] for a in per_knot))
+    return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), head, tail)
+
+
+def _residuals(problem, arm, xu, k, skip=frozenset()):
+    """Stacked residuals (r,) of the least-squares costs at knot k, and their weights (r,); the
+    terms in ``skip`` (indices, :func:`_skipped`) are left out."""
     n = problem.n
     x, u = xu[: 2 * n], xu[2 * n:]
     rs, ws = [], []
-    for t in problem.costs:
-        if t.kind != "residual":
+    for i, t in enumerate(problem.costs):
+        if t.kind != "residual" or i in skip:
             continue
         d = t.values(problem.params)
         r = t.fn(arm, x, u, k, d, problem.params)
@@ -42,12 +68,12 @@ def _residuals(problem, arm, xu, k):
     return jnp.concatenate(rs), jnp.concatenate(ws)
 
 
-def _scalars(problem, arm, xu, k):
+def _scalars(problem, arm, xu, k, skip=frozenset()):
     n = problem.n
     x, u = xu[: 2 * n], xu[2 * n:]
     total = jnp.zeros((), xu.dtype)
-    for t in problem.costs:
-        if t.kind == "scalar":
+    for i, t in enumerate(problem.costs):
+        if t.kind == "scalar" and i not in skip:
             total = total + _terms.factor(t, k, problem.dt) * t.fn(arm, x, u, k, t.values(problem.params), problem.params)
     return total
 
@@ -83,24 +109,24 @@ def _violation(c, active, eq):
     return jnp.where(active, jnp.where(eq, jnp.abs(c), jnp.maximum(c, 0.0)), 0.0)
 
 
-def _knot_cost(problem, arm, xu, k):
+def _knot_cost(problem, arm, xu, k, skip=frozenset()):
     """The problem's cost at knot k (no constraint terms)."""
-    r, w = _residuals(problem, arm, xu, k)
-    return jnp.sum(w * r**2) + _scalars(problem, arm, xu, k)
+    r, w = _residuals(problem, arm, xu, k, skip)
+    return jnp.sum(w * r**2) + _scalars(problem, arm, xu, k, skip)
 
 
-def _knot_value(problem, arm, eq, xu, k, lam, mu):
-    val = _knot_cost(problem, arm, xu, k)
+def _knot_value(problem, arm, eq, xu, k, lam, mu, skip=frozenset()):
+    val = _knot_cost(problem, arm, xu, k, skip)
     c, active = _constraints(problem, arm, xu, k)
     al, _, _ = _al_parts(c, active, eq, lam, mu)
     return val + jnp.sum(al)
 
 
-def _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam, mu):
+def _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam, mu, skip=frozenset()):
     """Gradient (2n+n,) and Hessian (3n, 3n) of one knot's objective: Gauss-Newton for residuals
     and constraint penalties (one forward-mode Jacobian of all of them), exact for scalar terms."""
     def stacked(xu):
-        r, w = _residuals(problem, arm, xu, k)
+        r, w = _residuals(problem, arm, xu, k, skip)
         c, active = _constraints(problem, arm, xu, k)
         out = jnp.concatenate([r, c])
         return out, (out, w, active)
@@ -113,7 +139,7 @@ def _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam, mu):
     g = 2.0 * Jr.T @ (w * r) + Jc.T @ d1
     H = 2.0 * Jr.T @ (w[:, None] * Jr) + Jc.T @ (d2[:, None] * Jc)
     if has_scalars:
-        s = lambda xu: _scalars(problem, arm, xu, k)  # noqa: E731
+        s = lambda xu: _scalars(problem, arm, xu, k, skip)  # noqa: E731
         g = g + jax.grad(s)(xu)
         H = H + jax.hessian(s)(xu)
     return g, H
