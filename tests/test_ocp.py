@@ -214,6 +214,34 @@ def test_keep_out_sphere_is_respected_where_the_unconstrained_path_crosses_it(so
     assert float(res.cost) > float(free.cost)
 
 
+def test_a_term_of_the_end_is_evaluated_at_the_final_knot_only(solve):
+    """The knots before the last leave out the cost terms of the end (their weight there is zero
+    by their ``when``), and the last knot those of the path: a term that cannot be evaluated away
+    from where it applies (NaN elsewhere) does not poison the solve, and the solution is that of
+    the same problem with a term that can be evaluated everywhere."""
+    arm = two_link()
+    goal = jaxarm.tool_pose(arm, Q0)[:3, 3] + jnp.array([0.3, 0.3, 0.0])
+
+    def everywhere(arm, x, u, k, params):
+        return jaxarm.tool_pose(arm, x[:2])[:3, 3] - params["goal"]
+
+    def at_the_end_only(arm, x, u, k, params):
+        return jnp.where(k == T, everywhere(arm, x, u, k, params), jnp.nan)
+
+    found = []
+    for fn in (at_the_end_only, everywhere):
+        costs = (terms.effort(1.0 / TORQUE_LIMITS**2) + terms.joint_velocity(3.0)
+                 + terms.residual(fn, 300.0, when="end", uses_input=False))
+        problem = trajopt.ocp(arm, Q0, T, DT, costs=costs, params={"goal": goal})
+        res = solve(problem)
+        assert bool(res.converged), res.reason()
+        found.append((problem, res))
+    (problem, res), (_, reference) = found
+    assert np.isfinite(float(res.cost)) and np.isfinite(float(trajopt.total_cost(problem, res.x, res.u)))
+    assert_close(np.asarray(res.u), np.asarray(reference.u), rtol=1e-10, atol=1e-12)
+    assert_close(float(res.cost), float(reference.cost), rtol=1e-12)
+
+
 def test_vmap_over_goals_equals_a_loop(reach_solutions):
     arm, problem, goal, _, _, _ = reach_solutions
     goals = goal + jnp.array([[0.0, 0.0, 0.0], [-0.05, 0.05, 0.0]])
