@@ -28,15 +28,15 @@ def _constraint_layout(problem: OCP):
 
 
 def _skipped(problem, final: bool) -> frozenset:
-    """The cost terms (indices into ``problem.costs``) whose weight is zero by construction, from
-    their static ``when``, at the final knot (``final``) or at every knot before it: a term of the
-    path (or one that reads the input) at the final knot, a term of the end before it. Their values
-    there would only be multiplied by zero."""
-    out = set()
-    for i, t in enumerate(problem.costs):
-        if (final and (t.when == "path" or t.uses_input)) or (not final and t.when == "end"):
-            out.add(i)
-    return frozenset(out)
+    """The cost terms (indices into ``problem.costs``) whose weight is zero by construction at the
+    final knot (``final``) or at every knot before it, read from the schedule their static ``when``
+    gives (:func:`jaxarm.trajopt.terms.schedule`; via points at given times depend on dt and are
+    never skipped): a term of the path (or one that reads the input) at the final knot, a term of
+    the end before it. Their values there would only be multiplied by zero."""
+    T = problem.T
+    knots = slice(T, T + 1) if final else slice(0, T)
+    return frozenset(i for i, t in enumerate(problem.costs)
+                     if isinstance(t.when, str) and not np.any(_terms.schedule(t, T, 1.0, "_skipped")[knots]))
 
 
 def _at_knots(problem, fn, *per_knot):
