@@ -214,3 +214,30 @@ def test_computed_once_gives_fn_and_keeps_it_out_of_its_consumers():
             return jax.jit(f, compiler_options=_xla.compiler_options()).lower(x).compile().as_text().count(" sine(")
 
         assert sines(once) == 60 and sines(plain) >= 4 * 60, (sines(once), sines(plain))
+
+
+def test_runge_kutta_stage_loop_computes_the_dynamics_once_per_stage():
+    """The stage loop hands each stage's acceleration to the next iteration through the loop's
+    state: put into the stage table where it was computed, it fed one select per stage and
+    XLA:CPU fused the whole dynamics into each (three forward dynamics per RK3 stage)."""
+    from jaxarm import integrators
+
+    step = integrators.explicit_rk(*integrators.KUTTA3, loop=True)
+    written = integrators.explicit_rk(*integrators.KUTTA3, loop=False)
+    f = lambda t, q, qd: _expensive(q) - 0.5 * qd  # noqa: E731  (a stand-in for forward dynamics)
+
+    def steps(method, q, qd):
+        def body(c, _):
+            q, qd, _ = method(f, 0.0, c[0], c[1], 1e-2)
+            return (q, qd), None
+
+        return jax.lax.scan(body, (q, qd), None, length=5)[0]
+
+    rng = np.random.default_rng(1)
+    q, qd = (jnp.asarray(rng.uniform(-1, 1, (16, 3))) for _ in range(2))
+    loop = jax.vmap(lambda q, qd: steps(step, q, qd))
+    np.testing.assert_allclose(jax.jit(loop)(q, qd), jax.jit(jax.vmap(lambda q, qd: steps(written, q, qd)))(q, qd), rtol=1e-13)
+    if jax.default_backend() == "cpu":
+        for options in ({}, _xla.compiler_options()):
+            text = jax.jit(loop, compiler_options=options).lower(q, qd).compile().as_text()
+            assert text.count(" sine(") == 60, text.count(" sine(")  # the dynamics once, in the stage loop's body

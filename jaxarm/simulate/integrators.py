@@ -99,15 +99,26 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None):
         if in_a_loop:
             A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
-            def stage(K, i):  # K: s pairs (qd_j, a_j), the stage derivatives found so far (zeros after)
+            def put(K, i, kq, ka):  # stage i's derivatives into K (elementwise selects: they fuse under vmap)
+                return tuple((jnp.where(i == j, kq, Kq), jnp.where(i == j, ka, Ka)) for j, (Kq, Ka) in enumerate(K))
+
+            def stage(carry, i):
+                # K: the s pairs (qd_j, a_j) found so far (zeros after); the previous stage's pair
+                # arrives through the loop's state and is put into K here, at the start of the next
+                # iteration. Put into K where it is computed, the dynamics would feed s selects, and
+                # XLA:CPU fuses a producer into each of its consumers: the whole forward dynamics
+                # was computed s times per stage (Puma, 4096 RK3 rollouts: 2.2e6 steps/s, now 4.1e6).
+                K, (kq_prev, ka_prev) = carry
+                K = put(K, i - 1, kq_prev, ka_prev)
                 qi, qdi = q, qd
-                for j in range(s - 1):  # elementwise (no dot, no stacking: fuses under vmap)
+                for j in range(s - 1):
                     qi, qdi = qi + (dt * A_[i, j]) * K[j][0], qdi + (dt * A_[i, j]) * K[j][1]
                 a = jnp.asarray(f_stage(t + c_[i] * dt, qi, qdi), q.dtype)
-                return tuple((jnp.where(i == j, qdi, kq), jnp.where(i == j, a, ka)) for j, (kq, ka) in enumerate(K)), None
+                return (K, (qdi, a)), None
 
             zero = jnp.zeros_like(q)
-            K, _ = jax.lax.scan(stage, tuple((zero, zero) for _ in range(s)), jnp.arange(s))
+            (K, (kq, ka)), _ = jax.lax.scan(stage, (tuple((zero, zero) for _ in range(s)), (zero, zero)), jnp.arange(s))
+            K = put(K, s - 1, kq, ka)
         else:
             K = []
             for i in range(s):  # the same stages, one after the other (the tableau's zeros skipped)
