@@ -93,6 +93,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
+from jaxarm.simulate.batch import _SharedLeaves  # noqa: E402  (what rollout_batch(arm_batched=True) compiles in)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BASELINE = os.path.join(HERE, "baseline.json")
@@ -433,7 +434,9 @@ def perturbed_arms(arm, rng, B):
 def bench_jaxarm_stacked(rec, name, arm, dtype, cfg, rng):
     """RK3 rollouts with a different arm per batch element (``jax.vmap`` over a stacked arm:
     domain randomization), steps/s, beside the same rollouts with one constant arm in the same run
-    (``ratio_to_constant``): the constant arm is folded at trace time, the stacked one cannot be."""
+    (``ratio_to_constant``): the constant arm is folded at trace time, the stacked one cannot be;
+    then the same batch as rollout_batch(arm_batched=True) compiles it, the leaves shared by the
+    whole batch (the kinematics) compiled in and folded, the perturbed ones as data."""
     impl = f"jaxarm {jaxarm.__version__}"
     dname = jnp.dtype(dtype).name
     arm_d = arm.astype(dtype)
@@ -457,6 +460,18 @@ def bench_jaxarm_stacked(rec, name, arm, dtype, cfg, rng):
         rec.add(name, dname, "rollout_stacked", impl, B, B * T / t, "steps/s", seconds=t, steps=T, dt=cfg.dt,
                 ratio_to_constant=t_const / t, constant_steps_per_s=B * T / t_const,
                 call="jax.vmap(rollout) over jaxarm.stack_arms of B perturbed arms")
+        # what rollout_batch(arm_batched=True) compiles: the leaves the batch shares (here the
+        # kinematics, limits, gravity) as constants, only the perturbed ones as data
+        shared = _SharedLeaves(arms)
+        varying = shared.varying(arms)
+        split, compile_s = compile_timed(jax.vmap(lambda v, *x: run(shared.arm(v), *x)), varying, *args)
+        check_dtype(split, split(varying, *args), dtype, f"{name} rollout_stacked (shared leaves)")
+        t = best_time(lambda: jax.block_until_ready(split(varying, *args)), cfg.min_time)
+        if "compile" in cfg.quantities:
+            rec.add(name, dname, "compile", impl, B, unit="s", entry="rollout_stacked_shared", steps=T, **compile_s)
+        rec.add(name, dname, "rollout_stacked", impl, B, B * T / t, "steps/s", seconds=t, steps=T, dt=cfg.dt,
+                entry="shared leaves compiled in", ratio_to_constant=t_const / t, constant_steps_per_s=B * T / t_const,
+                call="rollout_batch(arm_batched=True)'s kernel: vmap over the perturbed leaves, the shared ones compiled in")
 
 
 def bench_float32_error(rec, name, arm, cfg, rng, B=16):

@@ -434,6 +434,62 @@ def test_vmap_over_states_inputs_and_arms_equals_a_loop():
     assert not np.allclose(same.q[0, -1], same.q[1, -1])
 
 
+def test_a_batch_of_arms_varying_in_masses_keeps_its_kinematics_folded():
+    """rollout_batch(arm_batched=True) compiles in the leaves shared by the whole batch (here the
+    Panda's kinematics), and _bodies computes the placements of an arm whose kinematics are known
+    while its masses are traced as constants: the same motion as vmap over the stacked arms
+    (every leaf traced), and a forward dynamics whose kinematic zeros fold."""
+    from jaxarm.dynamics import kinematics
+    from jaxarm.simulate import batch
+
+    arm = jaxarm.load_arm("panda")
+    rng = np.random.default_rng(5)
+    B, T = 4, 30
+    members = [arm.replace(links=arm.links.replace(mass=np.asarray(arm.links.mass) * rng.uniform(0.8, 1.2, arm.n),
+                                                   com=np.asarray(arm.links.com) + rng.normal(0, 0.01, (arm.n, 3))))
+               for _ in range(B)]
+    arms = jaxarm.stack_arms(members)
+    mid = np.mean(np.asarray(arm.limits.position), axis=1)
+    q0 = mid + rng.uniform(-0.2, 0.2, (B, arm.n))
+    qd0 = rng.uniform(-0.3, 0.3, (B, arm.n))
+    U = np.stack([np.asarray(jaxarm.gravity_torques(a, q)) for a, q in zip(members, q0)])[:, None, :] + rng.uniform(-1, 1, (B, T, arm.n))
+    dt = 2e-3
+    traj = jaxarm.rollout_batch(arms, q0, qd0, U, dt, arm_batched=True)
+    ref = jax.jit(jax.vmap(functools.partial(jaxarm.rollout, dt=dt, on_divergence="flag")))(arms, q0, qd0, U)
+    np.testing.assert_allclose(traj.q, ref.q, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(traj.qdd, ref.qdd, rtol=1e-9, atol=1e-9)
+    as_data = jaxarm.rollout_batch(arms, q0, qd0, U, dt, arm_batched=True, constant_arm=False)
+    np.testing.assert_allclose(as_data.q, ref.q, rtol=1e-11, atol=1e-11)
+    assert not np.allclose(traj.q[0, -1], traj.q[1, -1])  # the members differ
+    # the shared leaves are the kinematics, limits and the rest; the masses and COMs vary
+    shared = batch._SharedLeaves(arms)
+    assert len(shared.varying(arms)) == 2
+    # traced masses, known kinematics: the placements are numpy arrays (folded), the inertias traced
+    seen = {}
+
+    def grab(mass):
+        bodies = kinematics._bodies(arm.replace(links=arm.links.replace(mass=mass)))
+        seen["rotation"], seen["mass"] = bodies.rotation, bodies.mass
+        return bodies.mass
+
+    jax.make_jaxpr(grab)(jnp.asarray(arm.links.mass))
+    assert isinstance(seen["rotation"], np.ndarray) and isinstance(seen["mass"], jax.core.Tracer)
+    np.testing.assert_allclose(seen["rotation"], np.asarray(jaxarm.body_model(arm).rotation), atol=1e-15)
+    # and the gradient with respect to the masses equals the one through a fully traced arm
+    q, qd = jnp.asarray(q0[0]), jnp.asarray(qd0[0])
+    tau = jnp.asarray(U[0, 0])
+
+    def fd_masses(mass):
+        return jnp.sum(jaxarm.forward_dynamics(arm.replace(links=arm.links.replace(mass=mass)), q, qd, tau) ** 2)
+
+    def fd_traced(a):
+        return jnp.sum(jaxarm.forward_dynamics(a, q, qd, tau) ** 2)
+
+    g_masses = jax.grad(fd_masses)(jnp.asarray(arm.links.mass))
+    g_traced = jax.grad(fd_traced)(jax.tree_util.tree_map(jnp.asarray, arm)).links.mass
+    np.testing.assert_allclose(g_masses, g_traced, rtol=1e-10, atol=1e-12)
+
+
 def test_batch_argument_errors():
     base = sim_arm(1)
     other = sim_arm(1).replace(name="other")

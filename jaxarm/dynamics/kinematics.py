@@ -60,10 +60,24 @@ def _bodies(arm: Arm) -> Bodies:
     """``body_model(arm)``; computed now, as numpy arrays, when the arm is concrete (closed over
     by a jit, not traced), so that the recursions see its values and fold its structural zeros
     (:class:`jaxarm.dynamics.algebra.Known`). A traced arm gives the traced body model."""
-    if not checks.concrete(arm):
-        return body_model(arm)
-    with jax.ensure_compile_time_eval():
-        return jax.tree_util.tree_map(np.asarray, _body_model(arm))
+    if checks.concrete(arm):
+        with jax.ensure_compile_time_eval():
+            return jax.tree_util.tree_map(np.asarray, _body_model(arm))
+    bodies = body_model(arm)
+    if checks.concrete((arm.kinematics, arm.tool)):
+        # Only the inertial parameters are traced (identification of masses and inertias, a batch
+        # of arms that differ in their masses, COMs, payloads or friction): the placements and the
+        # tool frame depend on the kinematics and the tool alone, so they are computed now, as
+        # numpy arrays, and their structural zeros fold as for a constant arm.
+        with jax.ensure_compile_time_eval():
+            shape_only = jax.tree_util.tree_map(lambda x: np.zeros(np.shape(x)) if isinstance(x, jax.core.Tracer) else x, arm)
+            known = jax.tree_util.tree_map(np.asarray, _body_model(shape_only))
+        bodies = bodies._replace(**{k: getattr(known, k) for k in _KINEMATIC_FIELDS})
+    return bodies
+
+
+# The fields of the body model that depend on the arm's kinematics and tool frame only.
+_KINEMATIC_FIELDS = ("rotation", "translation", "tip_rotation", "tip_translation", "link_rotation", "link_translation")
 
 
 def body_poses(arm: Arm, bodies, q):
