@@ -93,7 +93,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
-from jaxarm.simulate.batch import _SharedLeaves  # noqa: E402  (what rollout_batch(arm_batched=True) compiles in)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BASELINE = os.path.join(HERE, "baseline.json")
@@ -462,6 +461,10 @@ def bench_jaxarm_stacked(rec, name, arm, dtype, cfg, rng):
                 call="jax.vmap(rollout) over jaxarm.stack_arms of B perturbed arms")
         # what rollout_batch(arm_batched=True) compiles: the leaves the batch shares (here the
         # kinematics, limits, gravity) as constants, only the perturbed ones as data
+        try:
+            from jaxarm.simulate.batch import _SharedLeaves
+        except ImportError:  # an older jaxarm on PYTHONPATH (before/after comparisons)
+            continue
         shared = _SharedLeaves(arms)
         varying = shared.varying(arms)
         split, compile_s = compile_timed(jax.vmap(lambda v, *x: run(shared.arm(v), *x)), varying, *args)

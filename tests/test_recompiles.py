@@ -88,6 +88,28 @@ def test_linearization_and_batched_rollout_compile_once_for_new_values():
     assert events == [], f"{len(events)} compile(s) for new values of the same shapes"
 
 
+def test_a_batch_of_arms_with_new_masses_reuses_the_batched_kernel():
+    """rollout_batch(arm_batched=True) compiles in the leaves the batch shares (the kinematics);
+    a new batch with other masses and friction, the same shared leaves, compiles nothing new."""
+    arm, _ = _arms()
+    rng = np.random.default_rng(2)
+
+    def batch():
+        return jaxarm.stack_arms([arm.replace(links=dataclasses.replace(arm.links, mass=np.asarray(arm.links.mass) * rng.uniform(0.8, 1.2, 2)),
+                                              drives=dataclasses.replace(arm.drives, viscous_friction=rng.uniform(0.0, 0.2, 2)))
+                                  for _ in range(8)])
+
+    q0, u = jnp.zeros((8, 2)), jnp.ones((8, 20, 2))
+    first = jaxarm.rollout_batch(batch(), q0, q0, u, 2e-3, arm_batched=True)
+    first.q.block_until_ready()
+    other = batch()
+    with count_compiles() as events:
+        second = jaxarm.rollout_batch(other, q0, q0, u, 2e-3, arm_batched=True)
+        second.q.block_until_ready()
+    assert events == [], f"{len(events)} compile(s) for a batch of arms with new masses"
+    assert not np.allclose(first.q, second.q)
+
+
 def test_a_weakly_typed_input_reuses_the_batched_kernel(caplog):
     """``jnp.full(shape, 0.1)`` is weakly typed; JAX would compile a jit again for it. rollout_batch
     strips the weak type, so its kernel is not compiled again (JAX's compile log names it)."""
