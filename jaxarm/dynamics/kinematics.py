@@ -70,7 +70,7 @@ def _bodies(arm: Arm) -> Bodies:
         # tool frame depend on the kinematics and the tool alone, so they are computed now, as
         # numpy arrays, and their structural zeros fold as for a constant arm.
         with jax.ensure_compile_time_eval():
-            shape_only = jax.tree_util.tree_map(lambda x: np.zeros(np.shape(x)) if isinstance(x, jax.core.Tracer) else x, arm)
+            shape_only = jax.tree_util.tree_map(lambda x: np.zeros(np.shape(x), x.dtype) if isinstance(x, jax.core.Tracer) else x, arm)
             known = jax.tree_util.tree_map(np.asarray, _body_model(shape_only))
         bodies = bodies._replace(**{k: getattr(known, k) for k in _KINEMATIC_FIELDS})
     return bodies
