@@ -461,6 +461,9 @@ def test_a_batch_of_arms_varying_in_masses_keeps_its_kinematics_folded():
     as_data = jaxarm.rollout_batch(arms, q0, qd0, U, dt, arm_batched=True, constant_arm=False)
     np.testing.assert_allclose(as_data.q, ref.q, rtol=1e-11, atol=1e-11)
     assert not np.allclose(traj.q[0, -1], traj.q[1, -1])  # the members differ
+    f32 = jaxarm.rollout_batch(arms.astype(jnp.float32), *(np.asarray(x, np.float32) for x in (q0, qd0, U)), dt, arm_batched=True)
+    assert f32.q.dtype == jnp.float32 and f32.qdd.dtype == jnp.float32  # float32 placements for a float32 batch
+    np.testing.assert_allclose(f32.q, ref.q, atol=1e-3)
     # the shared leaves are the kinematics, limits and the rest; the masses and COMs vary
     shared = batch._SharedLeaves(arms)
     assert len(shared.varying(arms)) == 2
