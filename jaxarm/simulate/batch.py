@@ -19,6 +19,11 @@ from ..model.arm import Arm
 from .rollouts import Trajectory, check_divergence, rollout
 
 
+def _value_key(a: np.ndarray):
+    """A hashable key of an array's dtype, shape and values (a static argument compared by value)."""
+    return a.dtype.str, a.shape, a.tobytes()
+
+
 class _ConstantArm:
     """An arm as a static argument of a jit: hashed and compared by its values, so the compiled
     program holds its parameters as constants (the dynamics kernels fold its structural zeros,
@@ -28,7 +33,7 @@ class _ConstantArm:
         leaves, self.treedef = jax.tree_util.tree_flatten(arm)
         self.leaves = tuple(np.asarray(x) for x in leaves)
         self.arm = jax.tree_util.tree_unflatten(self.treedef, self.leaves)
-        self._hash = hash((self.treedef, tuple((x.dtype.str, x.shape, x.tobytes()) for x in self.leaves)))
+        self._hash = hash((self.treedef, tuple(_value_key(x) for x in self.leaves)))
 
     def __hash__(self):
         return self._hash
@@ -50,10 +55,10 @@ class _SharedLeaves:
 
     def __init__(self, stacked: Arm):
         leaves, self.treedef = jax.tree_util.tree_flatten(stacked)
-        self.values = tuple(np.asarray(x[0]) if np.all(np.asarray(x) == np.asarray(x)[:1]) else None for x in leaves)
-        key = tuple(None if v is None else (v.dtype.str, v.shape, v.tobytes()) for v in self.values)
-        self._hash = hash((self.treedef, key))
-        self._key = key
+        arrays = [np.asarray(x) for x in leaves]
+        self.values = tuple(np.asarray(a[0]) if np.all(a == a[:1]) else None for a in arrays)
+        self._key = tuple(None if v is None else _value_key(v) for v in self.values)
+        self._hash = hash((self.treedef, self._key))
 
     def varying(self, stacked: Arm):
         """The leaves of ``stacked`` that differ across the batch, in order."""

@@ -290,7 +290,7 @@ def ddp(
     eq = jnp.asarray(eq_np)
     ks = jnp.arange(T + 1)
     xu = jnp.concatenate([xs, jnp.concatenate([us, jnp.zeros((1, n), dtype)])], axis=1)
-    cost = jnp.sum(_at_knots(problem, lambda skip, xu, k: _knot_cost(problem, arm, xu, k, skip), xu, ks)) + _rate_cost(problem, us)
+    cost = total_cost(problem, xs, us)
     cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
     viol = jnp.max(_violation(cv, active, eq), initial=0.0)
     finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
