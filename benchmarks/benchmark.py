@@ -1,8 +1,9 @@
-"""Benchmark suite (issue 6): jaxarm's batched dynamics and rollouts beside Pinocchio, MuJoCo and MJX.
+"""Benchmark suite: jaxarm's batched dynamics and rollouts beside Pinocchio, MuJoCo and MJX.
 
     python benchmarks/benchmark.py                        # full suite, Puma 560 + Panda, float64 + float32
     python benchmarks/benchmark.py --quick                # smoke run, < 2 min on 2 idle cores
     python benchmarks/benchmark.py --gpu --baseline none  # on an accelerator: batches to 10^6, MJX beside
+    bash benchmarks/gpu_suite.sh OUTDIR 490               # the same in stages, each under a time limit
     python benchmarks/benchmark.py --arms panda --dtypes float64 --quantities inverse_dynamics --batches 1,65536
     python benchmarks/benchmark.py --record benchmarks/baseline.json   # re-record the baseline
 
@@ -25,10 +26,13 @@ Quantities (``--quantities``):
   with one thread per core (RK4: MuJoCo has no RK3, hence both jaxarm rows; the ratio lines
   compare jaxarm RK3 and jaxarm RK4 with MuJoCo RK4, labelled), run in chunks of at most 1024
   rollouts so its (batch, steps, state) output buffer stays small, and MJX (``jax.vmap`` of
-  ``mjx.step`` in a ``lax.scan``, small batches and ``--mjx-steps`` steps; its compile time too).
+  ``mjx.step`` in a ``lax.scan`` on jax's default device, ``--mjx-batches`` and ``--mjx-steps``
+  steps, in each of ``--dtypes``: float32 with jax's x64 flag off, as MJX runs natively; its
+  compile time too). Ratio lines ``jaxarm rk3 / mjx rk4`` compare steps/s at the same batch and
+  dtype, and a target line asks for 10x MJX at the largest such batch.
 * ``rollout_grad``: wall time of ``jax.grad`` of a rollout cost (squared final position plus a small
   input penalty) with respect to the torque schedules, divided by the time of the cost itself
-  (unit ``x forward``), at ``--grad-batches``, for two entries: ``autodiff`` (plain reverse mode
+  (unit ``x forward``), at ``--grad-batches``, for two entries (``--grad-entries``): ``autodiff`` (plain reverse mode
   of the scan) and ``adjoint`` (``rollout(..., adjoint=True)``, the discrete adjoint of
   jaxarm.adjoint); a ``check`` compares their gradients.
 * ``compile``: lower + compile time of every jitted entry point measured above (``entry`` names
@@ -77,6 +81,7 @@ batched kernels several times faster, float32 above all (see docs/benchmarks.md)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -527,6 +532,8 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
         t_fwd = best_time(lambda: jax.block_until_ready(fwd(tau, q0, qd0)), cfg.min_time)
         grads = {}
         for entry, adjoint in (("autodiff", False), ("adjoint", True)):
+            if entry not in cfg.grad_entries:
+                continue
             grad, compile_s = compile_timed(jax.grad(cost_fn(adjoint)), tau, q0, qd0)
             grads[entry] = grad(tau, q0, qd0)
             f64 = check_dtype(grad, grads[entry], dtype, f"{name} rollout_grad")
@@ -537,6 +544,8 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
                 name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward", entry=entry,
                 seconds=t_grad, forward_seconds=t_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
             )
+        if len(grads) < 2:
+            continue
         # the two gradients must agree before their times mean anything
         a, b = np.asarray(grads["autodiff"], float), np.asarray(grads["adjoint"], float)
         tol = 1e-9 if dtype == jnp.float64 else 1e-3
@@ -650,9 +659,11 @@ def bench_mujoco(rec, name, arm, cfg, rng):
 
 
 def mjx_status():
-    """(module, version) or (None, reason)."""
+    """(module, version) or (None, reason). MJX's import prints its optional back ends' failures
+    ("Failed to import warp") to stdout; they go to stderr here, so stdout stays JSON lines."""
     try:
-        from mujoco import mjx
+        with contextlib.redirect_stdout(sys.stderr):
+            from mujoco import mjx
     except Exception as e:  # ImportError, or a broken install
         return None, f"{type(e).__name__}: {e}".splitlines()[0] + "; install with: pip install mujoco-mjx"
     try:
@@ -663,7 +674,8 @@ def mjx_status():
 
 def mjx_rollout(mjx, model):
     """(one, (mx, d0)): final qpos = one(q0, qd0, u (T, nu)), ``mjx.step`` in a ``lax.scan`` from
-    (q0, qd0), one control row per step (vmap it over a batch); mx, d0 the MJX model and data."""
+    (q0, qd0), one control row per step (vmap it over a batch); mx, d0 the MJX model and data, in
+    the precision jax's x64 flag gives when this is called."""
     mx = mjx.put_model(model)
     d0 = mjx.make_data(mx)
 
@@ -678,19 +690,29 @@ def mjx_rollout(mjx, model):
 
 
 def bench_mjx(rec, name, arm, cfg, rng, mjx, version):
-    """jax.vmap of mjx.step in a lax.scan (RK4, float64): steps/s at small batches and compile time."""
+    """jax.vmap of mjx.step in a lax.scan (RK4) on jax's default device, in each of ``--dtypes``:
+    steps/s at ``--mjx-batches`` and compile time. MJX is not float32-clean with jax's x64 flag on
+    (its step promotes the state to float64), so float32 runs it with the flag off, as MJX's users
+    do: model, data, inputs, compile and calls inside ``jax.enable_x64(False)``."""
     impl = f"mjx {version}"
-    one, _ = mjx_rollout(mjx, mujoco_model(arm, cfg.dt))
+    model = mujoco_model(arm, cfg.dt)
     T = cfg.mjx_steps
-
-    for B in cfg.mjx_batches:
-        args = tuple(jnp.asarray(x) for x in rollout_inputs(arm, rng, B, T))
-        compiled, compile_s = compile_timed(jax.vmap(one), *args)
-        if "compile" in cfg.quantities:
-            rec.add(name, "float64", "compile", impl, B, unit="s", entry="rollout_rk4", steps=T, **compile_s)
-        t = best_time(lambda: jax.block_until_ready(compiled(*args)), cfg.min_time)
-        rec.add(name, "float64", "rollout_rk4", impl, B, B * T / t, "steps/s", seconds=t, steps=T, dt=cfg.dt,
-                call="jax.vmap(mjx.step) in lax.scan, RK4")
+    for dname in cfg.dtypes:
+        dtype = getattr(np, dname)
+        with jax.enable_x64(dname == "float64"):
+            one, _ = mjx_rollout(mjx, model)
+            for B in cfg.mjx_batches:
+                args = tuple(jnp.asarray(np.asarray(x, dtype)) for x in rollout_inputs(arm, rng, B, T))
+                compiled, compile_s = compile_timed(jax.vmap(one), *args)
+                out = jax.block_until_ready(compiled(*args))
+                if out.dtype != dtype:
+                    raise AssertionError(f"{name} mjx {dname}: got {out.dtype} results")
+                if "compile" in cfg.quantities:
+                    rec.add(name, dname, "compile", impl, B, unit="s", entry="rollout_rk4", steps=T, **compile_s)
+                t = best_time(lambda: jax.block_until_ready(compiled(*args)), cfg.min_time)
+                rec.add(name, dname, "rollout_rk4", impl, B, B * T / t, "steps/s", seconds=t, steps=T, dt=cfg.dt,
+                        call="jax.vmap(mjx.step) in lax.scan, RK4")
+                del args
 
 
 # --------------------------------------------------------------------------------------
@@ -712,14 +734,27 @@ def peer_reference(row, rows):
     return None
 
 
+def mjx_reference(row, rows):
+    """The same-run MJX row (same arm, dtype, batch, on the same jax device) a jaxarm rollout row
+    is compared with; MJX runs fewer steps (``--mjx-steps``), so this compares rates, steps/s."""
+    if library(row) != "jaxarm" or row["quantity"] not in ROLLOUTS:
+        return None
+    for r in rows:
+        if (library(r) == "mjx" and r["quantity"] == "rollout_rk4" and r["arm"] == row["arm"]
+                and r["dtype"] == row["dtype"] and r["batch"] == row["batch"]):
+            return r
+    return None
+
+
 def ratio_rows(rows):
     out = []
     for row in rows:
-        ref = peer_reference(row, rows)
-        if ref is not None:
+        for ref in (peer_reference(row, rows), mjx_reference(row, rows)):
+            if ref is None:
+                continue
             label = f"jaxarm {row['quantity'].replace('rollout_', '')} / {library(ref)} {ref['quantity'].replace('rollout_', '')}"
             out.append({"ratio": label, "arm": row["arm"], "dtype": row["dtype"], "quantity": row["quantity"],
-                        "batch": row["batch"], "value": row["value"] / ref["value"]})
+                            "batch": row["batch"], "value": row["value"] / ref["value"]})
     return out
 
 
@@ -745,6 +780,15 @@ def targets(rows, cfg):
                 a = ours[0]["value"] / m["value"]
                 out.append(dict(target=f"RK3 rollouts at batch {m['batch']} >= 10x mujoco.rollout (RK4, all cores) steps/s", arm=name,
                                 required=10.0, achieved=a, met=a >= 10.0, note="issue: at batch 4096" if m["batch"] != 4096 else None))
+        for dname in cfg.dtypes:
+            mine = [(r, mjx_reference(r, rows)) for r in find(rows, arm=name, dtype=dname, quantity="rollout_rk3", library="jaxarm")]
+            mine = [(r, m) for r, m in mine if m is not None]
+            if mine:
+                r, m = max(mine, key=lambda rm: rm[0]["batch"])
+                a = r["value"] / m["value"]
+                out.append(dict(target=f"RK3 rollouts at batch {r['batch']} >= 10x MJX (RK4, same device) steps/s, {dname}", arm=name,
+                                required=10.0, achieved=a, met=a >= 10.0,
+                                note=f"MJX ran {m['steps']} steps, jaxarm {r['steps']}" if m["steps"] != r["steps"] else None))
         comp = find(rows, arm=name, dtype="float64", quantity="compile", library="jaxarm", entry="rollout_rk3")
         if comp:
             c = max(comp, key=lambda x: x["batch"])
@@ -837,6 +881,8 @@ def parse(argv):
     p.add_argument("--batches", help=f"dynamics batch sizes (default {FULL['batches']})")
     p.add_argument("--rollout-batches", help=f"rollout batch sizes (default {FULL['rollout_batches']})")
     p.add_argument("--grad-batches", help=f"rollout-gradient batch sizes (default {FULL['grad_batches']})")
+    p.add_argument("--grad-entries", default="autodiff,adjoint",
+                   help="rollout_grad entries: autodiff (plain reverse mode), adjoint (rollout(adjoint=True)); default both, compared with each other")
     p.add_argument("--steps", type=int, help=f"rollout steps (default {FULL['steps']})")
     p.add_argument("--dt", type=float, default=1e-3, help="rollout time step, s (default 1e-3)")
     p.add_argument("--mjx-batches", help=f"MJX batch sizes (default {FULL['mjx_batches']})")
@@ -879,6 +925,7 @@ def parse(argv):
     args.rollout_batches = ints(args.rollout_batches, "rollout-batches")
     args.grad_batches = ints(args.grad_batches, "grad-batches")
     args.mjx_batches = ints(args.mjx_batches, "mjx-batches")
+    args.grad_entries = choices(args.grad_entries, ("autodiff", "adjoint"), "grad-entries")
     if args.steps < 1 or args.mjx_steps < 1 or not args.dt > 0 or args.min_time < 0:
         p.error("--steps, --mjx-steps: positive; --dt: positive; --min-time: non-negative")
     return args

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The accelerator suite of benchmarks/benchmark.py in stages, most wanted first, each in its own
+# process under its own time limit, so that a short hold on a GPU still returns the rollouts
+# against MJX even if a later stage runs out of time. Every stage writes JSON lines to
+# OUTDIR/<stage>.jsonl; their human-readable summaries go to OUTDIR/suite.err.
+#
+#     bash benchmarks/gpu_suite.sh OUTDIR [BUDGET_SECONDS]      # default budget 490 s
+#
+# Stages: RK3 rollouts of the Panda, then of the Puma 560, against MJX (RK4) on the same device,
+# float64 and float32, at 1 .. 10^5 rollouts of 1000 steps (MJX: 100 steps; compile times too);
+# inverse/forward dynamics and the mass matrix at 2^16 and 2^20 states; gradients of 1000-step
+# rollout costs (float64, plain reverse mode) at 1 .. 4096 rollouts.
+set -u
+out=${1:?usage: bash benchmarks/gpu_suite.sh OUTDIR [BUDGET_SECONDS]}
+budget=${2:-490}
+here=$(cd "$(dirname "$0")" && pwd)
+py=${PYTHON:-python3}
+mkdir -p "$out"
+start=$SECONDS
+
+stage() {
+    local name=$1 limit=$2
+    shift 2
+    local left=$((budget - (SECONDS - start)))
+    if ((left < 20)); then
+        echo "stage $name: skipped, ${left} s of the budget left" | tee -a "$out/suite.err"
+        return
+    fi
+    ((limit > left)) && limit=$left
+    echo "== stage $name (limit ${limit} s)" >>"$out/suite.err"
+    timeout -k 5 "$limit" "$py" "$here/benchmark.py" --gpu --baseline none "$@" >"$out/$name.jsonl" 2>>"$out/suite.err"
+    echo "stage $name: exit $? after $((SECONDS - start)) s" | tee -a "$out/suite.err"
+}
+
+rollouts=(--quantities rollout_rk3,compile --rollout-batches 1,16384,100000 --mjx-batches 16384,100000 --peers mjx)
+stage rollouts_panda 170 --arms panda "${rollouts[@]}"
+stage rollouts_puma 150 --arms puma560 "${rollouts[@]}"
+stage dynamics 80 --quantities inverse_dynamics,mass_matrix,forward_dynamics,compile --batches 65536,1048576 --peers none
+stage gradients 90 --quantities rollout_grad,compile --dtypes float64 --grad-batches 1,256,4096 --grad-entries autodiff --peers none
