@@ -506,17 +506,22 @@ def bench_float32_error(rec, name, arm, cfg, rng, B=16):
 
 
 def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
-    """Gradient of a batched rollout cost w.r.t. the torque schedules, relative to the cost itself:
-    plain reverse-mode autodiff (``entry="autodiff"``) and ``rollout(..., adjoint=True)``
-    (``entry="adjoint"``, jaxarm.adjoint)."""
+    """Gradient of a batched rollout cost w.r.t. the torque schedules, relative to the cost itself
+    (the default ``method="rk3"``), for the entries of ``--grad-entries``: plain reverse-mode
+    autodiff (``autodiff``), ``rollout(..., adjoint=True)`` (``adjoint``, jaxarm.adjoint), and
+    plain reverse mode with the Runge-Kutta stages in a loop whatever the platform
+    (``autodiff_loop``: ``method=explicit_rk(*KUTTA3, loop=True)``; on a CPU the same program as
+    ``autodiff``, on a GPU the loop form the default writes out). The gradients must agree."""
     impl = f"jaxarm {jaxarm.__version__}"
     dname = jnp.dtype(dtype).name
     arm_d = arm.astype(dtype)
     T = cfg.steps
+    methods = {"autodiff": ("rk3", False), "adjoint": ("rk3", True),
+               "autodiff_loop": (jaxarm.integrators.explicit_rk(*jaxarm.integrators.KUTTA3, loop=True), False)}
 
-    def cost_fn(adjoint):
+    def cost_fn(method, adjoint):
         def run(q0, qd0, u):
-            traj = jaxarm.rollout(arm_d, q0, qd0, u, cfg.dt, method="rk3", on_divergence="flag", adjoint=adjoint)
+            traj = jaxarm.rollout(arm_d, q0, qd0, u, cfg.dt, method=method, on_divergence="flag", adjoint=adjoint)
             return traj.q[-1]
 
         final = jax.vmap(run)
@@ -528,13 +533,11 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
 
     for B in cfg.grad_batches:
         q0, qd0, tau = (jnp.asarray(x, dtype) for x in rollout_inputs(arm, rng, B, T))
-        fwd, _ = compile_timed(cost_fn(False), tau, q0, qd0)
+        fwd, _ = compile_timed(cost_fn("rk3", False), tau, q0, qd0)
         t_fwd = best_time(lambda: jax.block_until_ready(fwd(tau, q0, qd0)), cfg.min_time)
         grads = {}
-        for entry, adjoint in (("autodiff", False), ("adjoint", True)):
-            if entry not in cfg.grad_entries:
-                continue
-            grad, compile_s = compile_timed(jax.grad(cost_fn(adjoint)), tau, q0, qd0)
+        for entry in cfg.grad_entries:
+            grad, compile_s = compile_timed(jax.grad(cost_fn(*methods[entry])), tau, q0, qd0)
             grads[entry] = grad(tau, q0, qd0)
             f64 = check_dtype(grad, grads[entry], dtype, f"{name} rollout_grad")
             if "compile" in cfg.quantities:
@@ -544,13 +547,14 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
                 name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward", entry=entry,
                 seconds=t_grad, forward_seconds=t_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
             )
-        if len(grads) < 2:
-            continue
-        # the two gradients must agree before their times mean anything
-        a, b = np.asarray(grads["autodiff"], float), np.asarray(grads["adjoint"], float)
+        # the gradients must agree before their times mean anything
+        first, *others = grads
+        a = np.asarray(grads[first], float)
         tol = 1e-9 if dtype == jnp.float64 else 1e-3
-        if not np.allclose(a, b, rtol=tol, atol=tol * np.max(np.abs(a))):
-            raise AssertionError(f"{name} rollout_grad: adjoint and autodiff gradients differ by {np.max(np.abs(a - b)):.3g}")
+        for other in others:
+            b = np.asarray(grads[other], float)
+            if not np.allclose(a, b, rtol=tol, atol=tol * np.max(np.abs(a))):
+                raise AssertionError(f"{name} rollout_grad: {other} and {first} gradients differ by {np.max(np.abs(a - b)):.3g}")
 
 
 # --------------------------------------------------------------------------------------
@@ -882,7 +886,8 @@ def parse(argv):
     p.add_argument("--rollout-batches", help=f"rollout batch sizes (default {FULL['rollout_batches']})")
     p.add_argument("--grad-batches", help=f"rollout-gradient batch sizes (default {FULL['grad_batches']})")
     p.add_argument("--grad-entries", default="autodiff,adjoint",
-                   help="rollout_grad entries: autodiff (plain reverse mode), adjoint (rollout(adjoint=True)); default both, compared with each other")
+                   help="rollout_grad entries: autodiff (plain reverse mode), adjoint (rollout(adjoint=True)), autodiff_loop "
+                        "(plain reverse mode, Runge-Kutta stages in a loop on every platform); default autodiff,adjoint; their gradients are compared")
     p.add_argument("--steps", type=int, help=f"rollout steps (default {FULL['steps']})")
     p.add_argument("--dt", type=float, default=1e-3, help="rollout time step, s (default 1e-3)")
     p.add_argument("--mjx-batches", help=f"MJX batch sizes (default {FULL['mjx_batches']})")
@@ -925,7 +930,7 @@ def parse(argv):
     args.rollout_batches = ints(args.rollout_batches, "rollout-batches")
     args.grad_batches = ints(args.grad_batches, "grad-batches")
     args.mjx_batches = ints(args.mjx_batches, "mjx-batches")
-    args.grad_entries = choices(args.grad_entries, ("autodiff", "adjoint"), "grad-entries")
+    args.grad_entries = choices(args.grad_entries, ("autodiff", "adjoint", "autodiff_loop"), "grad-entries")
     if args.steps < 1 or args.mjx_steps < 1 or not args.dt > 0 or args.min_time < 0:
         p.error("--steps, --mjx-steps: positive; --dt: positive; --min-time: non-negative")
     return args

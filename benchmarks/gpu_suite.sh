@@ -7,9 +7,11 @@
 #     bash benchmarks/gpu_suite.sh OUTDIR [BUDGET_SECONDS]      # default budget 490 s
 #
 # Stages: RK3 rollouts of the Panda, then of the Puma 560, against MJX (RK4) on the same device,
-# float64 and float32, at 1 .. 10^5 rollouts of 1000 steps (MJX: 100 steps; compile times too);
-# inverse/forward dynamics and the mass matrix at 2^16 and 2^20 states; gradients of 1000-step
-# rollout costs (float64, plain reverse mode) at 1 .. 4096 rollouts.
+# float64 and float32, at 16384 and 10^5 rollouts of 1000 steps (MJX: 10^5 rollouts of 100 steps;
+# compile times too); gradients of the Puma's 1000-step rollout cost (float64, plain reverse mode
+# with the Runge-Kutta stages written out, the GPU default, and in a loop) at 1 and 4096 rollouts;
+# inverse/forward dynamics and the mass matrix at 2^20 states. Sized by what an H200 took (each
+# program compiles in 10-40 s there): about 490 s in all.
 set -u
 out=${1:?usage: bash benchmarks/gpu_suite.sh OUTDIR [BUDGET_SECONDS]}
 budget=${2:-490}
@@ -32,8 +34,8 @@ stage() {
     echo "stage $name: exit $? after $((SECONDS - start)) s" | tee -a "$out/suite.err"
 }
 
-rollouts=(--quantities rollout_rk3,compile --rollout-batches 1,16384,100000 --mjx-batches 16384,100000 --peers mjx)
+rollouts=(--quantities rollout_rk3,compile --rollout-batches 16384,100000 --mjx-batches 100000 --peers mjx)
 stage rollouts_panda 170 --arms panda "${rollouts[@]}"
-stage rollouts_puma 150 --arms puma560 "${rollouts[@]}"
-stage dynamics 80 --quantities inverse_dynamics,mass_matrix,forward_dynamics,compile --batches 65536,1048576 --peers none
-stage gradients 90 --quantities rollout_grad,compile --dtypes float64 --grad-batches 1,256,4096 --grad-entries autodiff --peers none
+stage rollouts_puma 110 --arms puma560 "${rollouts[@]}"
+stage gradients 130 --arms puma560 --quantities rollout_grad,compile --dtypes float64 --grad-batches 1,4096 --grad-entries autodiff,autodiff_loop --peers none
+stage dynamics 80 --quantities inverse_dynamics,mass_matrix,forward_dynamics,compile --batches 1048576 --peers none
