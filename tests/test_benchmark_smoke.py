@@ -9,6 +9,7 @@ in-process on made-up rows and one small compiled program.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -117,8 +118,8 @@ def test_quick_records_compares_and_reports_targets(quick):
     assert "puma560 inverse_dynamics [states/s]" in stderr  # the summary table
 
 
-def _row(quantity, library, value, unit, batch=256, **extra):
-    return dict(arm="puma560", dtype="float64", quantity=quantity, implementation=f"{library} 1.0", batch=batch,
+def _row(quantity, library, value, unit, batch=256, dtype="float64", **extra):
+    return dict(arm="puma560", dtype=dtype, quantity=quantity, implementation=f"{library} 1.0", batch=batch,
                 value=value, unit=unit, **extra)
 
 
@@ -149,6 +150,28 @@ def test_regression_check_uses_the_same_run_peer_ratio():
     assert out["compile", "jaxarm 1.0"]["status"] == "REGRESSION"
     assert out["inverse_dynamics", "pinocchio 1.0"]["status"] == "REGRESSION"  # peers: absolute only
     assert bench.compare(now, {"rows": base}, 1.5)[2]["status"] == "ok"
+
+
+def test_mjx_rows_give_same_device_ratios_and_a_target_per_dtype():
+    bench = _load_benchmark()
+    rows = [
+        _row("rollout_rk3", "jaxarm", 1e9, "steps/s", batch=100000, steps=1000),
+        _row("rollout_rk3", "jaxarm", 2e8, "steps/s", batch=1024, steps=1000),
+        _row("rollout_rk3", "jaxarm", 1.5e9, "steps/s", batch=100000, steps=1000, dtype="float32"),
+        _row("rollout_rk4", "mjx", 1e7, "steps/s", batch=100000, steps=100),
+        _row("rollout_rk4", "mjx", 1e8, "steps/s", batch=100000, steps=100, dtype="float32"),
+        _row("rollout_rk4", "mjx", 1e6, "steps/s", batch=16384, steps=100),  # no jaxarm row at this batch
+    ]
+    ratios = {(r["dtype"], r["batch"]): r for r in bench.ratio_rows(rows)}
+    assert set(ratios) == {("float64", 100000), ("float32", 100000)}  # same arm, dtype and batch only
+    assert ratios["float64", 100000]["value"] == pytest.approx(100.0)
+    assert ratios["float64", 100000]["ratio"] == "jaxarm rk3 / mjx rk4"
+    cfg = argparse.Namespace(arms=["puma560"], dtypes=["float64", "float32"])
+    goals = [g for g in bench.targets(rows, cfg) if "MJX" in g["target"]]
+    assert [(g["achieved"], g["met"]) for g in goals] == [(pytest.approx(100.0), True), (pytest.approx(15.0), True)]
+    assert all("MJX ran 100 steps" in g["note"] for g in goals)
+    rows[2]["value"] = 5e8  # float32 now 5x MJX's float32 rate: that target is not met
+    assert [g["met"] for g in bench.targets(rows, cfg) if "MJX" in g["target"]] == [True, False]
 
 
 def test_float32_path_has_no_float64_in_the_compiled_program():
