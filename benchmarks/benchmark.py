@@ -32,9 +32,11 @@ Quantities (``--quantities``):
   dtype, and a target line asks for 10x MJX at the largest such batch.
 * ``rollout_grad``: wall time of ``jax.grad`` of a rollout cost (squared final position plus a small
   input penalty) with respect to the torque schedules, divided by the time of the cost itself
-  (unit ``x forward``), at ``--grad-batches``, for two entries (``--grad-entries``): ``autodiff`` (plain reverse mode
-  of the scan) and ``adjoint`` (``rollout(..., adjoint=True)``, the discrete adjoint of
-  jaxarm.adjoint); a ``check`` compares their gradients.
+  (unit ``x forward``), at ``--grad-batches``, for the entries of ``--grad-entries``: ``autodiff``
+  (plain reverse mode of the scan) and ``adjoint`` (``rollout(..., adjoint=True)``, the discrete
+  adjoint of jaxarm.adjoint) by default, and ``autodiff_loop`` (plain reverse mode with the
+  Runge-Kutta stages in a loop on every platform, which a GPU otherwise writes out); the run
+  stops if their gradients differ.
 * ``compile``: lower + compile time of every jitted entry point measured above (``entry`` names
   it; one row per batch; ``cpu_seconds`` is the process CPU time, the better number on a loaded
   machine); MJX's compile time of its scanned rollout.
