@@ -252,6 +252,33 @@ def test_vmap_over_goals_equals_a_loop(reach_solutions):
         assert bool(batched.converged[i])
 
 
+def test_a_problem_closed_over_by_a_jit_keeps_its_arm_constant_and_solves_the_same(reach_solutions, monkeypatch):
+    """Closed over by the user's jit (only the goal traced), the problem's arm stays a constant
+    inside the solver: the body model is computed once in NumPy, never traced (a traced body
+    model, and no folding of the arm's structural zeros, doubled the compiled program), and the
+    solution equals the one with the whole problem passed as an argument (everything traced)."""
+    from jaxarm.dynamics import kinematics
+
+    arm, problem, goal, feasible, _, _ = reach_solutions
+    traced_calls = []
+    original = kinematics.body_model
+
+    def recording(a, *args, **kw):
+        traced_calls.append(any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(a)))
+        return original(a, *args, **kw)
+
+    monkeypatch.setattr(kinematics, "body_model", recording)
+    closed = jaxarm.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g})))(goal)
+    assert traced_calls and not any(traced_calls)
+    assert bool(closed.converged) and int(closed.iterations) == int(feasible.iterations)
+    assert_close(closed.u, feasible.u, atol=1e-9)
+    assert_close(closed.cost, feasible.cost, rtol=1e-10)
+    # and with the whole problem an argument, the body model is traced (the check above can fail)
+    traced_calls.clear()
+    jax.jit(lambda p: trajopt.ddp(p)).trace(problem)  # a new function: not a cached trace
+    assert any(traced_calls)
+
+
 def test_iteration_limit_is_reported_with_advice(solve):
     arm = two_link()
     problem, _ = reach_ocp(arm)

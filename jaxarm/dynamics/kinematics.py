@@ -53,7 +53,10 @@ def joint_frames(bodies, is_revolute, q):
         frames.append((R, p))
     return frames
 
-_body_model = jax.jit(body_model)
+def _body_model_numpy(arm):
+    """``body_model`` of a concrete arm, computed in NumPy: milliseconds, where a jitted body model
+    compiled for 0.8 s at the first call of every solver, rollout or gradient."""
+    return body_model(jax.tree_util.tree_map(np.asarray, arm), xp=np)
 
 
 def _bodies(arm: Arm) -> Bodies:
@@ -61,17 +64,15 @@ def _bodies(arm: Arm) -> Bodies:
     by a jit, not traced), so that the recursions see its values and fold its structural zeros
     (:class:`jaxarm.dynamics.algebra.Known`). A traced arm gives the traced body model."""
     if checks.concrete(arm):
-        with jax.ensure_compile_time_eval():
-            return jax.tree_util.tree_map(np.asarray, _body_model(arm))
+        return _body_model_numpy(arm)
     bodies = body_model(arm)
     if checks.concrete((arm.kinematics, arm.tool)):
         # Only the inertial parameters are traced (identification of masses and inertias, a batch
         # of arms that differ in their masses, COMs, payloads or friction): the placements and the
         # tool frame depend on the kinematics and the tool alone, so they are computed now, as
         # numpy arrays, and their structural zeros fold as for a constant arm.
-        with jax.ensure_compile_time_eval():
-            shape_only = jax.tree_util.tree_map(lambda x: np.zeros(np.shape(x), x.dtype) if isinstance(x, jax.core.Tracer) else x, arm)
-            known = jax.tree_util.tree_map(np.asarray, _body_model(shape_only))
+        shape_only = jax.tree_util.tree_map(lambda x: np.zeros(np.shape(x), x.dtype) if isinstance(x, jax.core.Tracer) else x, arm)
+        known = _body_model_numpy(shape_only)
         bodies = bodies._replace(**{k: getattr(known, k) for k in _KINEMATIC_FIELDS})
     return bodies
 

@@ -477,61 +477,74 @@ class Bodies(NamedTuple):
     link_translation: jnp.ndarray
 
 
-def _inertia_about_origin(mass, com, inertia_com):
+def _inertia_about_origin(mass, com, inertia_com, xp=jnp):
     """Parallel-axis theorem in tensor form (Ch.10 eq. 10.13): I_o = I_c + m (c.c 1 - c c^T)."""
     cc = (com * com).sum(-1)
-    eye = jnp.eye(3, dtype=jnp.result_type(com))
+    eye = xp.eye(3, dtype=xp.result_type(com))
     return inertia_com + mass[..., None, None] * (cc[..., None, None] * eye - com[..., :, None] * com[..., None, :])
 
 
-def body_model(arm: Arm) -> Bodies:
-    """Reduce any convention to placements + motion about local z, with inertias per body."""
+def body_model(arm: Arm, xp=jnp) -> Bodies:
+    """Reduce any convention to placements + motion about local z, with inertias per body.
+    ``xp=numpy`` computes it in NumPy (for a concrete arm: no XLA program to compile)."""
     n = arm.n
     kin = arm.kinematics
     def asf(x):  # keep the arm's own float dtype (float32 arms stay float32); ints become floats
-        x = jnp.asarray(x)
-        return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
+        x = xp.asarray(x)
+        return x if xp.issubdtype(x.dtype, xp.floating) else x.astype(jnp.result_type(float))
+
+    def per_joint(f, x):  # f on each row of x (n, ...), stacked
+        if xp is jnp:
+            return jax.vmap(f)(x)
+        return np.stack([f(r) for r in x]) if len(x) else np.zeros((0, 3, 3), x.dtype)
+
+    def add_last(a, v):  # a with v added to its last row
+        if xp is jnp:
+            return a.at[-1].add(v)
+        a = a.copy()
+        a[-1] += v
+        return a
 
     links = jax.tree_util.tree_map(asf, arm.links)
     payload = jax.tree_util.tree_map(asf, arm.payload)
     tool = asf(arm.tool)
-    zeros3 = jnp.zeros((n, 3), links.com.dtype)
-    eye = jnp.broadcast_to(jnp.eye(3, dtype=links.com.dtype), (n, 3, 3))
+    zeros3 = xp.zeros((n, 3), links.com.dtype)
+    eye = xp.broadcast_to(xp.eye(3, dtype=links.com.dtype), (n, 3, 3))
 
     if arm.convention == "modified":
         a, al, d, th = (asf(x) for x in (kin.a, kin.alpha, kin.d, kin.theta))
         # Craig 3.6: T = Rx(alpha_{i-1}) Tx(a_{i-1}) Rz(theta_i) Tz(d_i), then the joint motion.
-        Rx = jax.vmap(spatial.rot_x)(al)
-        Rz = jax.vmap(spatial.rot_z)(th)
-        rotation = jnp.einsum("nij,njk->nik", Rx, Rz)
-        translation = jnp.stack([a, -jnp.sin(al) * d, jnp.cos(al) * d], axis=1)
+        Rx = per_joint(spatial.rot_x, al)
+        Rz = per_joint(spatial.rot_z, th)
+        rotation = xp.einsum("nij,njk->nik", Rx, Rz)
+        translation = xp.stack([a, -xp.sin(al) * d, xp.cos(al) * d], axis=1)
         link_rotation, link_translation = eye, zeros3
     elif arm.convention == "standard":
         a, al, d, th = (asf(x) for x in (kin.a, kin.alpha, kin.d, kin.theta))
         # Ch.10: T_i = Rz(theta_i) Tz(d_i) Tx(a_i) Rx(alpha_i) after the motion about z_{i-1}.
         # Body i = frame i-1 moved by q_i; link frame i = body i * F_i.
-        Rz = jax.vmap(spatial.rot_z)(th)
-        Rx = jax.vmap(spatial.rot_x)(al)
-        F_rot = jnp.einsum("nij,njk->nik", Rz, Rx)
-        F_trans = jnp.stack([a * jnp.cos(th), a * jnp.sin(th), d], axis=1)
-        rotation = jnp.concatenate([jnp.eye(3, dtype=F_rot.dtype)[None], F_rot[:-1]], axis=0)
-        translation = jnp.concatenate([jnp.zeros((1, 3), F_trans.dtype), F_trans[:-1]], axis=0)
+        Rz = per_joint(spatial.rot_z, th)
+        Rx = per_joint(spatial.rot_x, al)
+        F_rot = xp.einsum("nij,njk->nik", Rz, Rx)
+        F_trans = xp.stack([a * xp.cos(th), a * xp.sin(th), d], axis=1)
+        rotation = xp.concatenate([xp.eye(3, dtype=F_rot.dtype)[None], F_rot[:-1]], axis=0)
+        translation = xp.concatenate([xp.zeros((1, 3), F_trans.dtype), F_trans[:-1]], axis=0)
         link_rotation, link_translation = F_rot, F_trans
     else:  # placement: rotate each body so that its joint axis is local z
         xyz, rpy, axis = asf(kin.xyz), asf(kin.rpy), asf(kin.axis)
-        R_rpy = jax.vmap(spatial.rpy_to_matrix)(rpy)
-        R_axis = jax.vmap(spatial.rotation_to_axis)(axis)  # body frame = URDF child frame * R_axis
-        R_prev = jnp.concatenate([jnp.eye(3, dtype=R_axis.dtype)[None], R_axis[:-1]], axis=0)
+        R_rpy = per_joint(spatial.rpy_to_matrix, rpy)
+        R_axis = per_joint(spatial.rotation_to_axis, axis)  # body frame = URDF child frame * R_axis
+        R_prev = xp.concatenate([xp.eye(3, dtype=R_axis.dtype)[None], R_axis[:-1]], axis=0)
         # placement of body i in body i-1: R_prev^T (R_rpy R_axis), translation R_prev^T xyz
-        rotation = jnp.einsum("nji,njk,nkl->nil", R_prev, R_rpy, R_axis)
-        translation = jnp.einsum("nji,nj->ni", R_prev, xyz)
+        rotation = xp.einsum("nji,njk,nkl->nil", R_prev, R_rpy, R_axis)
+        translation = xp.einsum("nji,nj->ni", R_prev, xyz)
         # URDF child (link) frame expressed in body frame: rotation R_axis^T
-        link_rotation = jnp.swapaxes(R_axis, -1, -2)
+        link_rotation = xp.swapaxes(R_axis, -1, -2)
         link_translation = zeros3
 
     # Link inertials (given in link frame i) -> body frame i.
-    com_b = jnp.einsum("nij,nj->ni", link_rotation, links.com) + link_translation
-    inertia_b = jnp.einsum("nij,njk,nlk->nil", link_rotation, links.inertia, link_rotation)
+    com_b = xp.einsum("nij,nj->ni", link_rotation, links.com) + link_translation
+    inertia_b = xp.einsum("nij,njk,nlk->nil", link_rotation, links.inertia, link_rotation)
     # Tool frame in the last body frame: link frame n * tool.
     tip_rotation = link_rotation[-1] @ tool[:3, :3]
     tip_translation = link_rotation[-1] @ tool[:3, 3] + link_translation[-1]
@@ -539,11 +552,11 @@ def body_model(arm: Arm) -> Bodies:
     pm = payload.mass
     pc = tip_rotation @ payload.com + tip_translation
     pI = tip_rotation @ payload.inertia @ tip_rotation.T
-    mass = links.mass.at[-1].add(pm) if n else links.mass
+    mass = add_last(links.mass, pm) if n else links.mass
     first_moment = links.mass[:, None] * com_b
-    first_moment = first_moment.at[-1].add(pm * pc)
-    inertia_origin = _inertia_about_origin(links.mass, com_b, inertia_b)
-    inertia_origin = inertia_origin.at[-1].add(_inertia_about_origin(pm, pc, pI))
+    first_moment = add_last(first_moment, pm * pc)
+    inertia_origin = _inertia_about_origin(links.mass, com_b, inertia_b, xp)
+    inertia_origin = add_last(inertia_origin, _inertia_about_origin(pm, pc, pI, xp))
     return Bodies(
         rotation=rotation,
         translation=translation,

@@ -183,9 +183,17 @@ def _input_limit(arm, input):
 
 
 def _without_input_limits(arm: Arm, input: str) -> Arm:
+    """The arm with its input limits (torque, or voltage) set to infinity. A concrete limit gives
+    a NumPy array, so that an arm closed over by a jit stays concrete (not traced) and the
+    dynamics fold its constants (:func:`jaxarm.dynamics.kinematics._bodies`)."""
+    def unlimited(x):
+        if checks.concrete(x):
+            return np.full(np.shape(x), np.inf, jnp.result_type(float))
+        return jnp.full_like(jnp.asarray(x, float), jnp.inf)
+
     if input == "voltage":
-        return arm.replace(drives=dataclasses.replace(arm.drives, voltage_limit=jnp.full_like(jnp.asarray(arm.drives.voltage_limit, float), jnp.inf)))
-    return arm.replace(limits=dataclasses.replace(arm.limits, torque=jnp.full_like(jnp.asarray(arm.limits.torque, float), jnp.inf)))
+        return arm.replace(drives=dataclasses.replace(arm.drives, voltage_limit=unlimited(arm.drives.voltage_limit)))
+    return arm.replace(limits=dataclasses.replace(arm.limits, torque=unlimited(arm.limits.torque)))
 
 
 def _setup(arm, problem, u_init, func, *, torque_limits, input, method, checkpoint=False, adjoint=False):

@@ -284,7 +284,12 @@ def ddp(
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
     options = _Options(max_iterations, tol, tol_violation, tol_gap, regularization, reg_min, reg_max, reg_factor,
                        line_search_steps, armijo, al_iterations, mu, mu_growth, mu_max, bool(second_order))
-    xs, us, lam, it, done, stop, log, gap = _solve(problem, us0, xs0, lam0, options)
+    # only the problem's traced leaves (a jit's or vmap's arguments, differentiated values) go in
+    # as arguments; the known ones (an arm closed over by the user's jit, say) stay constants of
+    # the program, so that the dynamics fold the arm's structural zeros and its body model is
+    # computed once, in NumPy, instead of in every iteration
+    split = _Split(problem)
+    xs, us, lam, it, done, stop, log, gap = _solve(split.traced, us0, xs0, lam0, options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
@@ -546,7 +551,7 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
 
 @jax.tree_util.register_static
 class _Perturbed:
-    """Which leaves of the problem are differentiated (static: a tuple of bools in leaf order)."""
+    """Which traced leaves of the problem are differentiated (static: a tuple of bools)."""
 
     def __init__(self, flags):
         self.flags = tuple(flags)
@@ -558,28 +563,54 @@ class _Perturbed:
         return isinstance(other, _Perturbed) and self.flags == other.flags
 
 
-def _solve_fwd(problem, us0, xs0, lam0, options):
+class _Split:
+    """A problem split into its traced leaves (``traced``, a list, in leaf order) and the rest,
+    which stay Python/NumPy constants; :meth:`join` puts the problem together again from traced
+    leaves. Passed to the custom VJP as a non-differentiated argument."""
+
+    def __init__(self, problem):
+        leaves, self.treedef = jax.tree_util.tree_flatten(problem)
+        self.index = [i for i, a in enumerate(leaves) if isinstance(a, jax.core.Tracer)]
+        self.leaves = [None if i in self.index else a for i, a in enumerate(leaves)]
+        self.traced = [leaves[i] for i in self.index]
+
+    def join(self, traced):
+        leaves = list(self.leaves)
+        for i, a in zip(self.index, traced):
+            leaves[i] = a
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
+def _solve_split(traced, us0, xs0, lam0, options, split):
+    return _solve_impl(split.join(traced), us0, xs0, lam0, options)
+
+
+def _solve_fwd(traced, us0, xs0, lam0, options, split):
     def primal(tree):
         return jax.tree_util.tree_map(lambda a: a.value, tree, is_leaf=lambda a: isinstance(a, jax.custom_derivatives.CustomVJPPrimal))
 
-    flags = [a.perturbed for a in jax.tree_util.tree_leaves(problem, is_leaf=lambda a: isinstance(a, jax.custom_derivatives.CustomVJPPrimal))]
-    problem, us0, xs0, lam0 = primal(problem), primal(us0), primal(xs0), primal(lam0)
-    out = _solve_impl(problem, us0, xs0, lam0, options)
+    flags = [a.perturbed for a in jax.tree_util.tree_leaves(traced, is_leaf=lambda a: isinstance(a, jax.custom_derivatives.CustomVJPPrimal))]
+    traced, us0, xs0, lam0 = primal(traced), primal(us0), primal(xs0), primal(lam0)
+    out = _solve_impl(split.join(traced), us0, xs0, lam0, options)
     xs, us, lam = out[:3]
-    return out, (problem, xs, us, lam, us0, xs0, lam0, _Perturbed(flags))
+    return out, (traced, xs, us, lam, us0, xs0, lam0, _Perturbed(flags))
 
 
-def _solve_bwd(options, residuals, cotangents):
-    problem, xs, us, lam, us0, xs0, lam0, perturbed = residuals
+def _solve_bwd(options, split, residuals, cotangents):
+    traced, xs, us, lam, us0, xs0, lam0, flags = residuals
     # the multipliers, counters and log are not differentiated; a solution does not depend on where
     # the solve started
     x_bar, u_bar = (jnp.zeros_like(a) if isinstance(c, jax.custom_derivatives.SymbolicZero) else c
                     for a, c in ((xs, cotangents[0]), (us, cotangents[1])))
-    problem_bar = solution_vjp(problem, xs, us, lam, x_bar, u_bar, perturbed.flags)
-    return problem_bar, jnp.zeros_like(us0), jnp.zeros_like(xs0), jnp.zeros_like(lam0)
+    perturbed = [False] * len(split.leaves)
+    for i, f in zip(split.index, flags.flags):
+        perturbed[i] = f
+    problem_bar = solution_vjp(split.join(traced), xs, us, lam, x_bar, u_bar, perturbed)
+    leaves_bar = jax.tree_util.tree_leaves(problem_bar)
+    return [leaves_bar[i] for i in split.index], jnp.zeros_like(us0), jnp.zeros_like(xs0), jnp.zeros_like(lam0)
 
 
-_solve = jax.custom_vjp(_solve_impl, nondiff_argnums=(4,))
+_solve = jax.custom_vjp(_solve_split, nondiff_argnums=(4, 5))
 _solve.defvjp(_solve_fwd, _solve_bwd, symbolic_zeros=True)
 
 
