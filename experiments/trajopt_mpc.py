@@ -75,9 +75,12 @@ def main(argv=None):
     problem = trajopt.ocp(model, Q0, H, DT, costs=costs, params={"targets": window(0.0)})
 
     t0 = time.perf_counter()
-    first = jax.block_until_ready(jaxarm.jit(trajopt.ddp)(problem))
+    # the model arm closed over (a constant of the compiled programs, its numbers folded); the
+    # targets, the measured state and the previous plan are the arguments
+    first = jax.block_until_ready(jaxarm.jit(lambda targets: trajopt.ddp(problem.replace(params={"targets": targets})))(window(0.0)))
     first_plan_s = time.perf_counter() - t0
-    step = jaxarm.jit(lambda p, x, plan: trajopt.mpc_step(p, x, plan, max_iterations=args.iterations))
+    step = jaxarm.jit(lambda targets, x, plan: trajopt.mpc_step(problem.replace(params={"targets": targets}), x, plan,
+                                                                max_iterations=args.iterations))
     simulate = jaxarm.jit(lambda x, u: jaxarm.rollout(true_arm, x[:6], x[6:], u[None], DT, saturate=True))
 
     steps = int(round(args.seconds / DT))
@@ -86,9 +89,9 @@ def main(argv=None):
     compile_s = None
     for k in range(steps):
         t_loop = time.perf_counter()
-        p = problem.replace(params={"targets": window(k * DT)})
+        targets = window(k * DT)
         t0 = time.perf_counter()
-        plan = jax.block_until_ready(step(p, x, plan))
+        plan = jax.block_until_ready(step(targets, x, plan))
         elapsed = time.perf_counter() - t0
         if k == 0:
             compile_s = elapsed

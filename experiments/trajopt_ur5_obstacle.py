@@ -106,7 +106,8 @@ def main(argv=None):
     costs = (terms.effort(1.0 / lim**2) + terms.tool_position(goal, 1e4) + terms.joint_velocity(1e2)
              + terms.joint_position(Q0, 1.0, when="path") + terms.joint_velocity(0.1, when="path"))
     free_problem = trajopt.ocp(arm, Q0, T, DT, costs=costs)
-    free, first, solve = timed(jaxarm.jit(trajopt.ddp), free_problem)
+    # the problems closed over (their arm a constant of the compiled solver), what changes an argument
+    free, first, solve = timed(jaxarm.jit(lambda: trajopt.ddp(free_problem)))
     path = tool_path(arm, free.q)
     centre = path[T // 2]
     emit(case="ur5_unconstrained", first_call_s=round(first, 2), solve_s=round(solve, 3),
@@ -119,7 +120,8 @@ def main(argv=None):
     def solve_around(p, u, x):
         return trajopt.ddp(p, u, x, **tight)
 
-    res, first, solve = timed(jaxarm.jit(solve_around), problem, free.u, free.x)
+    res, first, solve = timed(jaxarm.jit(lambda c, u, x: solve_around(problem.replace(params={"centre": c}), u, x)),
+                              jnp.asarray(centre), free.u, free.x)
     path_c = tool_path(arm, res.q)
     wrist = np.asarray(jax.vmap(lambda q: terms.link_point(arm, q, WRIST, jnp.zeros(3)))(res.q))
     emit(case="ur5_obstacle", first_call_s=round(first, 2), solve_s=round(solve, 3),

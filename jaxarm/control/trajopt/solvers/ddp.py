@@ -233,7 +233,11 @@ def ddp(
     ``tol_violation`` and the model's predicted decrease of a full step is below ``tol`` relative
     to the cost (or an accepted step changed it by less); ``status`` and :meth:`OCPResult.reason`
     say why otherwise. Pure and traceable: ``jax.jit`` it, ``jax.vmap`` it over problems (e.g.
-    ``jax.vmap(lambda g: ddp(problem.replace(params={"goal": g})))``).
+    ``jax.vmap(lambda g: ddp(problem.replace(params={"goal": g})))``). Jit a function that closes
+    over the problem and takes what changes as arguments, as that example does: the problem's
+    leaves that are not traced (the arm, above all) stay constants of the compiled solver, whose
+    numbers the dynamics fold (UR5 reach: first call 4.9 s and warm solve 16.5 ms, against 10.8 s
+    and 25.8 ms for ``jaxarm.jit(ddp)(problem)``, where every array of the problem is traced).
 
     Differentiable in reverse mode (``jax.grad``, ``jax.vjp``) with respect to the problem: the
     cotangents of ``x``, ``u`` and ``cost`` (and of anything computed from them) reach every array

@@ -32,7 +32,10 @@ def mpc_step(problem: OCP, x, plan: OCPResult | None = None, *, max_iterations: 
     ``problem.replace(params=...)`` before the call (same shapes: no recompile, and the terms are
     not traced again). Pure and traceable: ``jax.jit`` it once and call it in a loop, or inside a
     ``lax.scan`` with the simulator (:func:`jaxarm.rollout`), planning on one arm and simulating
-    another.
+    another. Jit a function that closes over the problem and takes the targets, x and the plan as
+    arguments (``jaxarm.jit(lambda targets, x, plan: mpc_step(problem.replace(params=...), x,
+    plan))``): the model arm is then a constant of the program, whose numbers the dynamics fold
+    (Puma, 50 knots: 1.5 ms a step against 2.2 ms with the problem an argument).
     """
     x = jnp.asarray(x, jnp.result_type(problem.x0))
     if x.shape != (2 * problem.n,):
