@@ -31,7 +31,9 @@ Before any timing, per arm, three checks (JSON line ``check``):
 
 Then (JSON line per figure): iterations, warm solve time (median of 3), jaxarm's first call
 (trace + compile + solve, ``jaxarm.jit`` and plain ``jax.jit``), and batches of goals: one
-``jax.vmap``-ed call for B goals against B sequential Crocoddyl solves (solves per second).
+``jax.vmap``-ed call for B goals against B sequential Crocoddyl solves (solves per second), and
+the same goals through ``trajopt.solve_many`` (``--pool slots,round_iterations``, default 8,20:
+a pool of 8 slots, finished problems replaced after every 20 iterations).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def crocoddyl(python, spec):
     return json.loads(proc.stdout)
 
 
-def run_arm(name, robots, python, batches, repeats):
+def run_arm(name, robots, python, batches, repeats, pool=None):
     rel, base, tip, q0, locked, offset = ARMS[name]
     urdf = robots / rel
     arm = jaxarm.load_arm(str(urdf), base_link=base, tip_link=tip)
@@ -155,6 +157,17 @@ def run_arm(name, robots, python, batches, repeats):
              crocoddyl_sequential_s=round(croc_s, 3), crocoddyl_solves_per_s=round(b / croc_s, 2),
              ratio=round(croc_s / warm_b, 3),
              crocoddyl_converged=int(sum(r["converged"] for r in croc["solves"][:b])))
+        if pool is None or b < 2:
+            continue
+        slots, rounds_of = min(b, pool[0]), pool[1]
+        stats = []
+        pooled, first_p, warm_p = timed(lambda g: trajopt.solve_many(problem, {"goal": g}, slots=slots, round_iterations=rounds_of,
+                                                                     report=stats.append),
+                                        np.asarray(goals[:b]), repeats=max(1, repeats // 2))
+        emit(arm=name, quantity="pool", goals=b, slots=slots, round_iterations=rounds_of, jaxarm_s=round(warm_p, 3),
+             jaxarm_solves_per_s=round(b / warm_p, 2), jaxarm_first_call_s=round(first_p, 2),
+             converged=int(np.sum(np.asarray(pooled.converged))), slot_rounds=stats[-1]["slot_rounds"], rounds=stats[-1]["rounds"],
+             ratio=round(croc_s / warm_p, 3))
 
 
 def main(argv=None):
@@ -164,6 +177,7 @@ def main(argv=None):
     ap.add_argument("--arms", default="ur5,panda")
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--quick", action="store_true", help="UR5 only, batches 1 and 8, one timing repeat")
+    ap.add_argument("--pool", default="8,20", help="also trajopt.solve_many: slots,round_iterations ('none' to skip)")
     args = ap.parse_args(argv)
     if args.setup:
         setup()
@@ -181,7 +195,8 @@ def main(argv=None):
     for name in args.arms.split(","):
         if name not in ARMS:
             ap.error(f"--arms: unknown arm {name!r}; expected some of {', '.join(ARMS)}")
-        run_arm(name, robots, python, batches, 1 if args.quick else 3)
+        pool = None if args.pool == "none" else tuple(int(v) for v in args.pool.split(","))
+        run_arm(name, robots, python, batches, 1 if args.quick else 3, pool)
     return 0
 
 

@@ -279,6 +279,51 @@ def test_a_problem_closed_over_by_a_jit_keeps_its_arm_constant_and_solves_the_sa
     assert any(traced_calls)
 
 
+def test_solve_many_solves_each_problem_as_ddp_does_and_lets_finished_ones_leave_the_pool(reach_solutions):
+    """trajopt.solve_many (a pool of 2 slots, rounds of 6 iterations) against one ddp solve per goal:
+    the same optimum (each problem converged; costs equal to the solver's tolerance, a resumed
+    round taking a slightly different path), total iterations counted over the rounds with the
+    whole history kept, an unreachable goal stopped at max_iterations without holding the others
+    back (fewer slot-rounds than a vmap running every problem for the slowest one), a second call
+    with new goals compiling nothing, and bad batches rejected."""
+    from test_recompiles import count_compiles
+
+    arm, problem, goal, _, _, _ = reach_solutions
+    goals = goal + jnp.array([[0.0, 0.0, 0.0], [-0.05, 0.05, 0.0], [5.0, 5.0, 0.0], [0.05, -0.1, 0.0], [0.1, 0.0, 0.0]])
+    stats = []
+    res = trajopt.solve_many(problem, {"goal": goals}, slots=2, round_iterations=6, max_iterations=36, report=stats.append)
+    one = jaxarm.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g}), max_iterations=36))
+    rounds_needed = []
+    for i in range(5):
+        r = one(goals[i])
+        assert int(res.status[i]) == int(r.status), (i, int(res.status[i]), r.reason())
+        if i == 2:  # out of reach: both stop at the iteration limit
+            assert not bool(res.converged[i]) and int(res.iterations[i]) == 36
+            assert np.all(np.isfinite(np.asarray(res.history.cost[i])))
+            continue
+        assert bool(res.converged[i]) and bool(r.converged)
+        assert_close(float(res.cost[i]), float(r.cost), rtol=1e-6)
+        k = int(res.iterations[i])
+        assert abs(k - int(r.iterations)) <= 2, (i, k, int(r.iterations))
+        h = np.asarray(res.history.cost[i])
+        assert np.all(np.isfinite(h[:k])) and np.all(np.isnan(h[k:]))
+        rounds_needed.append(-(-k // 6))
+    assert stats[0]["problems"] == 5 and stats[0]["slots"] == 2
+    assert stats[0]["slot_rounds"] == sum(rounds_needed) + 6  # each problem its own rounds; the unreachable one six
+    assert stats[0]["slot_rounds"] < 5 * 6  # a vmap of the five runs all of them as long as the unreachable one
+    shuffled = np.asarray(goals)[[1, 0, 3, 4, 2]]
+    with count_compiles() as compiles:
+        again = trajopt.solve_many(problem, {"goal": shuffled}, slots=2, round_iterations=6, max_iterations=36)
+    assert compiles == []
+    assert_close(np.asarray(again.cost)[:4], np.asarray(res.cost)[[1, 0, 3, 4]], rtol=1e-6)
+    with pytest.raises(ValueError, match="params"):
+        trajopt.solve_many(problem, {"goal": goals[:, :2]})
+    with pytest.raises(ValueError, match="params"):
+        trajopt.solve_many(problem, {"target": goals})
+    with pytest.raises(ValueError, match="slots"):
+        trajopt.solve_many(problem, {"goal": goals}, slots=0)
+
+
 def test_iteration_limit_is_reported_with_advice(solve):
     arm = two_link()
     problem, _ = reach_ocp(arm)

@@ -39,11 +39,12 @@ from .problem import (
 from .solvers.ddp import DDPLog, OCPResult, ddp, total_cost
 from .solvers.ilqr import ilqr
 from .solvers.mpc import mpc_step, shift
+from .solvers.pool import solve_many
 from .solvers.shooting import multiple_shooting, shooting
 from .warm_start import minimum_jerk, position_ik, reach_warm_start
 
 __all__ = [
     "TORQUE_LIMIT_MODES", "IterationLog", "ReachProblem", "TrajoptResult", "reach_problem", "trajectory_cost",
     "position_ik", "minimum_jerk", "reach_warm_start", "shooting", "multiple_shooting", "ilqr",
-    "terms", "OCP", "ocp", "ddp", "OCPResult", "DDPLog", "mpc_step", "shift", "reach_ocp", "total_cost",
+    "terms", "OCP", "ocp", "ddp", "OCPResult", "DDPLog", "mpc_step", "shift", "reach_ocp", "total_cost", "solve_many",
 ]

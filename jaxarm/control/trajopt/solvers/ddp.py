@@ -221,6 +221,9 @@ def ddp(
     rollout, and it leaves the rollout's compiled copy of the dynamics out of the program.
     multipliers: (T+1, m) the constraints' multipliers to start from (a warm start,
     e.g. ``previous.multipliers``).
+    regularization: the Levenberg-Marquardt regularization of Q_uu to start (each
+    augmented-Lagrangian round) from: a number, or a scalar array (traced, e.g. the last entry of a
+    previous result's ``history.regularization``, to resume a solve where it stopped).
     second_order: DDP proper (Mayne 1966; Tassa, Mansard & Todorov 2014, eq. 5): the backward pass
     adds the dynamics' second-order terms V'_x . F_zz to Q_xx, Q_ux and Q_uu (and to the model the
     line search compares with), where iLQR (the default) keeps the Gauss-Newton model. The terms
@@ -253,8 +256,7 @@ def ddp(
     for name, v in (("max_iterations", max_iterations), ("al_iterations", al_iterations), ("line_search_steps", line_search_steps)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{func}: {name}: expected a whole number >= 1, got {v!r}")
-    for name, v in (("tol", tol), ("tol_violation", tol_violation), ("tol_gap", tol_gap), ("regularization", regularization),
-                    ("reg_min", reg_min), ("reg_max", reg_max), ("mu", mu), ("mu_max", mu_max)):
+    for name, v in (("tol", tol), ("tol_violation", tol_violation), ("tol_gap", tol_gap), ("reg_min", reg_min), ("reg_max", reg_max), ("mu", mu), ("mu_max", mu_max)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{func}: {name}: expected a finite number >= 0, got {v!r}")
     if not isinstance(second_order, (bool, np.bool_)):
@@ -286,14 +288,19 @@ def ddp(
     lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
-    options = _Options(max_iterations, tol, tol_violation, tol_gap, regularization, reg_min, reg_max, reg_factor,
+    reg0 = jnp.asarray(regularization, dtype)
+    if reg0.shape != ():
+        raise ValueError(f"{func}: regularization: expected a number (the starting regularization), got shape {reg0.shape}")
+    if not isinstance(regularization, jax.core.Tracer) and not (np.isfinite(np.asarray(regularization)) and np.asarray(regularization) >= 0):
+        raise ValueError(f"{func}: regularization: expected a finite number >= 0, got {regularization!r}")
+    options = _Options(max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor,
                        line_search_steps, armijo, al_iterations, mu, mu_growth, mu_max, bool(second_order))
     # only the problem's traced leaves (a jit's or vmap's arguments, differentiated values) go in
     # as arguments; the known ones (an arm closed over by the user's jit, say) stay constants of
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
     split = _Split(problem)
-    xs, us, lam, it, done, stop, log, gap = _solve(split.traced, us0, xs0, lam0, options, split)
+    xs, us, lam, it, done, stop, log, gap = _solve(split.traced, us0, xs0, (lam0, reg0), options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
@@ -322,7 +329,6 @@ class _Options(NamedTuple):
     tol: float
     tol_violation: float
     tol_gap: float
-    regularization: float
     reg_min: float
     reg_max: float
     reg_factor: float
@@ -335,10 +341,11 @@ class _Options(NamedTuple):
     second_order: bool = False
 
 
-def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
+def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     """The DDP iterations inside the augmented-Lagrangian rounds: (x, u, multipliers, iterations,
     done, stop, log, final gap)."""
-    (max_iterations, tol, tol_violation, tol_gap, regularization, reg_min, reg_max, reg_factor, line_search_steps,
+    lam0, regularization = start  # the multipliers and the regularization to start from
+    (max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor, line_search_steps,
      armijo, al_iterations, mu, mu_growth, mu_max, second_order) = options
     n, T = problem.n, problem.T
     dtype = jnp.result_type(problem.x0)
@@ -526,7 +533,7 @@ def _solve_impl(problem: OCP, us0, xs0, lam0, options: _Options):
             gap = jnp.where(accepted, (1.0 - alpha) * gap, gap)
             return xs, us, J, reg, fails, it + 1, done, stop, log, gap
 
-        init = (xs, us, J, jnp.asarray(regularization, dtype), jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log,
+        init = (xs, us, J, regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log,
                 gap)
         xs, us, J, reg, fails, it, done, stop, log, gap = jax.lax.while_loop(cond, body, init)
         return xs, us, it, done, stop, log, gap
@@ -611,7 +618,7 @@ def _solve_bwd(options, split, residuals, cotangents):
         perturbed[i] = f
     problem_bar = solution_vjp(split.join(traced), xs, us, lam, x_bar, u_bar, perturbed)
     leaves_bar = jax.tree_util.tree_leaves(problem_bar)
-    return [leaves_bar[i] for i in split.index], jnp.zeros_like(us0), jnp.zeros_like(xs0), jnp.zeros_like(lam0)
+    return [leaves_bar[i] for i in split.index], jnp.zeros_like(us0), jnp.zeros_like(xs0), jax.tree_util.tree_map(jnp.zeros_like, lam0)
 
 
 _solve = jax.custom_vjp(_solve_split, nondiff_argnums=(4, 5))
