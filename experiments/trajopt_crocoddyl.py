@@ -32,8 +32,8 @@ Before any timing, per arm, three checks (JSON line ``check``):
 Then (JSON line per figure): iterations, warm solve time (median of 3), jaxarm's first call
 (trace + compile + solve, ``jaxarm.jit`` and plain ``jax.jit``), and batches of goals: one
 ``jax.vmap``-ed call for B goals against B sequential Crocoddyl solves (solves per second), and
-the same goals through ``trajopt.solve_many`` (``--pool slots,round_iterations``, default 8,20:
-a pool of 8 slots, finished problems replaced after every 20 iterations).
+the same goals through ``trajopt.solve_many`` (``--pool slots,round_iterations``, default 4,10:
+a pool of 4 slots, finished problems replaced after every 10 iterations).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def main(argv=None):
     ap.add_argument("--arms", default="ur5,panda")
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--quick", action="store_true", help="UR5 only, batches 1 and 8, one timing repeat")
-    ap.add_argument("--pool", default="8,20", help="also trajopt.solve_many: slots,round_iterations ('none' to skip)")
+    ap.add_argument("--pool", default="4,10", help="also trajopt.solve_many: slots,round_iterations ('none' to skip)")
     args = ap.parse_args(argv)
     if args.setup:
         setup()
