@@ -322,6 +322,8 @@ def test_solve_many_solves_each_problem_as_ddp_does_and_lets_finished_ones_leave
         trajopt.solve_many(problem, {"target": goals})
     with pytest.raises(ValueError, match="slots"):
         trajopt.solve_many(problem, {"goal": goals}, slots=0)
+    with pytest.raises(TypeError, match="outside"):
+        jax.jit(lambda g: trajopt.solve_many(problem, {"goal": g}).cost)(goals)
 
 
 def test_iteration_limit_is_reported_with_advice(solve):

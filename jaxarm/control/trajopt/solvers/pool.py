@@ -86,6 +86,9 @@ def solve_many(problem: OCP, params, *, slots: int | None = None, round_iteratio
                          f"axis, got {tree}")
     if not leaves:
         raise ValueError(f"{func}: params: the problem has no params to batch over")
+    if any(isinstance(a, jax.core.Tracer) for a in leaves + jax.tree_util.tree_leaves(problem)):
+        raise TypeError(f"{func}: runs on the host (a Python loop over rounds of a compiled solver): call it outside "
+                        "jax.jit, jax.vmap and jax.grad; to batch inside a traced program, jax.vmap trajopt.ddp itself")
     leaves = [np.asarray(a) for a in leaves]
     N = leaves[0].shape[0] if leaves[0].ndim else 0
     for a, r in zip(leaves, ref_leaves):
