@@ -316,6 +316,17 @@ def test_solve_many_solves_each_problem_as_ddp_does_and_lets_finished_ones_leave
         again = trajopt.solve_many(problem, {"goal": shuffled}, slots=2, round_iterations=6, max_iterations=36)
     assert compiles == []
     assert_close(np.asarray(again.cost)[:4], np.asarray(res.cost)[[1, 0, 3, 4]], rtol=1e-6)
+    # start states batched too: each problem from its own x0, as ddp from that start
+    x0s = np.stack([np.asarray(problem.x0), np.asarray(problem.x0) + np.array([0.2, -0.1, 0.5, 0.0])])
+    many = trajopt.solve_many(problem, {"goal": np.asarray(goals)[:2]}, x0=x0s, slots=2, round_iterations=6, max_iterations=36)
+    from_x0 = jaxarm.jit(lambda g, x0: trajopt.ddp(problem.replace(params={"goal": g}, x0=x0), max_iterations=36))
+    for i in range(2):
+        r = from_x0(goals[i], jnp.asarray(x0s[i]))
+        assert bool(many.converged[i]) and bool(r.converged)
+        assert_close(np.asarray(many.x[i, 0]), x0s[i], atol=1e-12)
+        assert_close(float(many.cost[i]), float(r.cost), rtol=1e-6)
+    with pytest.raises(ValueError, match="x0"):
+        trajopt.solve_many(problem, {"goal": goals}, x0=x0s)
     with pytest.raises(ValueError, match="params"):
         trajopt.solve_many(problem, {"goal": goals[:, :2]})
     with pytest.raises(ValueError, match="params"):

@@ -39,15 +39,15 @@ def _compiled(problem, tree, round_iterations, options):
         entry = _CACHE[id(problem)] = (problem, {})
     key = (tree, round_iterations, tuple(sorted(options.items())))
     if key not in entry[1]:
-        solver = _jit(jax.vmap(lambda p, u, x, lam, reg: ddp(problem.replace(params=jax.tree_util.tree_unflatten(tree, p)), u, x,
-                                                               multipliers=lam, regularization=reg, max_iterations=round_iterations,
-                                                               **options)))
-        u0 = np.asarray(jax.jit(lambda: _hold(problem, solver_arm(problem), jnp.result_type(problem.x0)))())
-        entry[1][key] = (solver, u0)
+        solver = _jit(jax.vmap(lambda p, x0, u, x, lam, reg: ddp(problem.replace(params=jax.tree_util.tree_unflatten(tree, p), x0=x0),
+                                                                   u, x, multipliers=lam, regularization=reg,
+                                                                   max_iterations=round_iterations, **options)))
+        hold = jax.jit(jax.vmap(lambda x0: _hold(problem.replace(x0=x0), solver_arm(problem), jnp.result_type(problem.x0))))
+        entry[1][key] = (solver, hold)
     return entry[1][key]
 
 
-def solve_many(problem: OCP, params, *, slots: int | None = None, round_iterations: int = 10, max_iterations: int = 200,
+def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round_iterations: int = 10, max_iterations: int = 200,
                report=None, **options) -> OCPResult:
     """Solve ``problem`` once for each entry of ``params`` (the problem's params pytree with a
     leading batch axis N on every leaf, e.g. ``{"goal": goals}`` for goals (N, 3)) by
@@ -55,6 +55,7 @@ def solve_many(problem: OCP, params, *, slots: int | None = None, round_iteratio
     (see the module docstring). Returns one :class:`OCPResult` with a leading axis N: per
     problem, its final iterate, the total iterations over its rounds and the history of all of
     them ((N, max_iterations) each). ``options`` go to :func:`ddp` (tol, tol_violation, mu, ...).
+    x0: (N, 2n) start states (q, qd), one per problem, or None for the problem's own.
 
     slots: the pool's size; by default 4 on a CPU and 1024 on other platforms. On the 2-core CPU,
     64 UR5 reaches took 2.6 s with 4 slots, 2.8 s with 2, 3.2 s with 8 and 4.6 s with 16 (rounds
@@ -106,10 +107,19 @@ def solve_many(problem: OCP, params, *, slots: int | None = None, round_iteratio
         if name in options:
             raise ValueError(f"{func}: {name}: not taken (every problem starts from ddp's default start)")
     reg_start = options.pop("regularization", 0.0)
-    solver, u0 = _compiled(problem, tree, round_iterations, options)
+    if x0 is None:
+        x0 = np.broadcast_to(np.asarray(problem.x0), (N, 2 * n))
+    elif isinstance(x0, jax.core.Tracer):
+        raise TypeError(f"{func}: runs on the host: call it outside jax.jit, jax.vmap and jax.grad")
+    x0 = np.asarray(x0, dtype)
+    if x0.shape != (N, 2 * n):
+        raise ValueError(f"{func}: x0: expected shape ({N}, {2 * n}) (a start state q, qd per problem), got {x0.shape}")
+    if not np.all(np.isfinite(x0)):
+        raise ValueError(f"{func}: x0: expected finite start states")
+    solver, hold = _compiled(problem, tree, round_iterations, options)
     lower, upper = np.asarray(problem.lower, dtype), np.asarray(problem.upper, dtype)
-    u = np.broadcast_to(np.clip(np.asarray(u0, dtype), lower, upper), (N, T, n)).copy()
-    x = np.broadcast_to(np.asarray(problem.x0, dtype), (N, T + 1, 2 * n)).copy()
+    u = np.clip(np.asarray(hold(x0), dtype), lower, upper)
+    x = np.broadcast_to(x0[:, None, :], (N, T + 1, 2 * n)).copy()
     lam = np.zeros((N, T + 1, m), dtype)
     reg = np.full(N, reg_start, dtype)  # each problem's regularization, carried from round to round
     used = np.zeros(N, int)  # iterations so far
@@ -121,7 +131,7 @@ def solve_many(problem: OCP, params, *, slots: int | None = None, round_iteratio
     t0 = time.perf_counter()
     while any(i is not None for i in pool):
         idx = np.array([i if i is not None else next(j for j in pool if j is not None) for i in pool])
-        out = solver([a[idx] for a in leaves], u[idx], x[idx], lam[idx], reg[idx])
+        out = solver([a[idx] for a in leaves], x0[idx], u[idx], x[idx], lam[idx], reg[idx])
         out = jax.tree_util.tree_map(np.asarray, out)
         rounds += 1
         for s, i in enumerate(pool):
