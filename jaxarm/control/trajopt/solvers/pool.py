@@ -26,12 +26,12 @@ from ..ocp import OCP, solver_arm
 from .ddp import ITERATION_LIMIT, DDPLog, OCPResult, _constraint_layout, _hold, ddp
 
 
-_CACHE: dict = {}  # id(problem) -> (problem, {(params tree, round_iterations, options): (solver, u0)})
+_CACHE: dict = {}  # id(problem) -> (problem, {(params tree, round_iterations, options): (solver, hold)})
 
 
 def _compiled(problem, tree, round_iterations, options):
     """The vmapped round of ``round_iterations`` DDP iterations for ``problem`` (closed over) and the
-    inputs holding its start pose, kept while the problem is (the last 8 problems)."""
+    vmapped inputs that hold a start pose, kept for the last 8 problems."""
     entry = _CACHE.get(id(problem))
     if entry is None or entry[0] is not problem:
         if len(_CACHE) >= 8:
@@ -68,9 +68,13 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
     defaults. ``report``: a callable receiving a dict (rounds, slot-rounds used, problems, the
     pool size, seconds) at the end, or None.
 
+    max_iterations counts whole rounds: it is rounded up to a multiple of ``round_iterations``
+    (200 and 10 by default).
+
     The compiled solver is kept per problem structure and settings: a second call with new params
     of the same shapes compiles nothing. The problem is closed over (its arm a constant of the
-    program); only the params, warm starts and multipliers are arguments.
+    program); only the params, start states, warm starts, multipliers and regularizations are
+    arguments.
     """
     func = "solve_many"
     if not isinstance(problem, OCP):
@@ -99,6 +103,7 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
     if N == 0:
         raise ValueError(f"{func}: params: no problems (N = 0)")
     B = min(slots, N)
+    max_iterations = -(-max_iterations // round_iterations) * round_iterations  # whole rounds
     n, T = problem.n, problem.T
     dtype = np.dtype(jnp.result_type(problem.x0))
     m = int(sum(_constraint_layout(problem)[0]))
@@ -139,7 +144,7 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
                 continue
             slot_rounds += 1
             it = int(out.iterations[s])
-            take = min(it, max_iterations - used[i])
+            take = min(it, max_iterations - used[i])  # (always it: rounds end at multiples of round_iterations)
             for f in DDPLog._fields:
                 history[f][i, used[i]: used[i] + take] = getattr(out.history, f)[s, :take]
             used[i] += it
@@ -153,7 +158,7 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
     seconds = time.perf_counter() - t0
     if report is not None:
         report(dict(rounds=rounds, slot_rounds=slot_rounds, problems=N, slots=B, round_iterations=round_iterations,
-                    seconds=seconds))
+                    max_iterations=max_iterations, seconds=seconds))
     stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *final)
     stacked = stacked._replace(iterations=used.astype(np.asarray(stacked.iterations).dtype),
                                history=DDPLog(**{f: history[f] for f in DDPLog._fields}))
