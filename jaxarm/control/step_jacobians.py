@@ -47,13 +47,14 @@ def _step_pair(arm, q, qd, u, dt, method, input):
     # optimization tutorial took 205 s instead of 130 s in the docs test)
     step = _PLAIN_LOOPS[method] if isinstance(method, str) and method in _PLAIN_LOOPS else integrators.get_method(method)
 
+    def fd(q, qd, u):
+        return _forward_dynamics_factored(arm, q, qd, _joint_torque(arm, u, qd, input, False))[0]
+
     def accel(t, q, qd):
         # an Euler step reads the acceleration twice (qd+ and q+): stored once, not fused into
         # both (the solvers' line search; UR5 solver 29.4k -> 28.1k lines of optimized HLO,
         # compile 3.4-3.6 -> 3.1-3.3 s, the same warm solve)
-        if method in _EULER:
-            return computed_once(lambda q, qd, u: _forward_dynamics_factored(arm, q, qd, _joint_torque(arm, u, qd, input, False))[0], q, qd, u)
-        return _forward_dynamics_factored(arm, q, qd, _joint_torque(arm, u, qd, input, False))[0]
+        return computed_once(fd, q, qd, u) if method in _EULER else fd(q, qd, u)
 
     q, qd, _ = step(accel, 0.0, q, qd, dt)
     return q, qd

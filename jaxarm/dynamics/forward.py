@@ -43,13 +43,9 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     through Newton-Euler instead of through the composite-body algorithm and the factorization.
     The arm's leaves that are not traced (a constant arm) stay constants of the program, so XLA
     folds them as before."""
-    leaves, treedef = jax.tree_util.tree_flatten(arm)
-    traced = [isinstance(x, jax.core.Tracer) for x in leaves]
+    split = checks.TracedLeaves(arm)
+    rebuild = split.join
     has_ext = f_ext is not None
-
-    def rebuild(values):
-        it = iter(values)
-        return jax.tree_util.tree_unflatten(treedef, [next(it) if t else x for x, t in zip(leaves, traced)])
 
     @jax.custom_jvp
     def fd(values, q, qd, tau, f_ext):
@@ -81,7 +77,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     fd.defjvp(fd_jvp, symbolic_zeros=True)
 
     dummy = jnp.zeros((), jnp.result_type(q)) if not has_ext else f_ext
-    return fd([x for x, t in zip(leaves, traced) if t], q, qd, tau, dummy)
+    return fd(split.traced, q, qd, tau, dummy)
 
 
 def _forward_dynamics_factored(arm, q, qd, tau, f_ext=None):

@@ -20,6 +20,26 @@ def concrete(tree) -> bool:
     return all(_is_concrete(x) for x in jax.tree_util.tree_leaves(tree))
 
 
+class TracedLeaves:
+    """A pytree split into its traced leaves (``traced``, a list, in leaf order) and the known
+    rest; :meth:`join` rebuilds the tree from traced values. For a custom derivative rule
+    (``jax.custom_jvp``/``custom_vjp``), which traces every array passed to it: pass ``traced``
+    and close over the rest, so that known values (an arm closed over by the user's jit) stay
+    constants of the program and fold."""
+
+    def __init__(self, tree):
+        leaves, self.treedef = jax.tree_util.tree_flatten(tree)
+        self.index = [i for i, a in enumerate(leaves) if not _is_concrete(a)]
+        self.leaves = [a if _is_concrete(a) else None for a in leaves]
+        self.traced = [leaves[i] for i in self.index]
+
+    def join(self, traced):
+        leaves = list(self.leaves)
+        for i, a in zip(self.index, traced):
+            leaves[i] = a
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+
+
 def check_arm(arm, func: str) -> None:
     """The arm is a single :class:`jaxarm.Arm` (not a stack of them)."""
     if not isinstance(arm, Arm):

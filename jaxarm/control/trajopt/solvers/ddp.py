@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ....dynamics import linalg
+from ....model import checks
 from ....simulate.batch import _strong
 from ...step_jacobians import _step_jacobians, _step_pair, _step_second_derivatives
 from ..ocp import OCP, _finite, solver_arm
@@ -299,7 +300,7 @@ def ddp(
     # as arguments; the known ones (an arm closed over by the user's jit, say) stay constants of
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
-    split = _Split(problem)
+    split = checks.TracedLeaves(problem)
     xs, us, lam, it, done, stop, log, gap = _solve(split.traced, us0, xs0, (lam0, reg0), options, split)
 
     arm = solver_arm(problem)
@@ -574,51 +575,33 @@ class _Perturbed:
         return isinstance(other, _Perturbed) and self.flags == other.flags
 
 
-class _Split:
-    """A problem split into its traced leaves (``traced``, a list, in leaf order) and the rest,
-    which stay Python/NumPy constants; :meth:`join` puts the problem together again from traced
-    leaves. Passed to the custom VJP as a non-differentiated argument."""
-
-    def __init__(self, problem):
-        leaves, self.treedef = jax.tree_util.tree_flatten(problem)
-        self.index = [i for i, a in enumerate(leaves) if isinstance(a, jax.core.Tracer)]
-        self.leaves = [None if i in self.index else a for i, a in enumerate(leaves)]
-        self.traced = [leaves[i] for i in self.index]
-
-    def join(self, traced):
-        leaves = list(self.leaves)
-        for i, a in zip(self.index, traced):
-            leaves[i] = a
-        return jax.tree_util.tree_unflatten(self.treedef, leaves)
+def _solve_split(traced, us0, xs0, start, options, split):
+    return _solve_impl(split.join(traced), us0, xs0, start, options)
 
 
-def _solve_split(traced, us0, xs0, lam0, options, split):
-    return _solve_impl(split.join(traced), us0, xs0, lam0, options)
-
-
-def _solve_fwd(traced, us0, xs0, lam0, options, split):
+def _solve_fwd(traced, us0, xs0, start, options, split):
     def primal(tree):
         return jax.tree_util.tree_map(lambda a: a.value, tree, is_leaf=lambda a: isinstance(a, jax.custom_derivatives.CustomVJPPrimal))
 
     flags = [a.perturbed for a in jax.tree_util.tree_leaves(traced, is_leaf=lambda a: isinstance(a, jax.custom_derivatives.CustomVJPPrimal))]
-    traced, us0, xs0, lam0 = primal(traced), primal(us0), primal(xs0), primal(lam0)
-    out = _solve_impl(split.join(traced), us0, xs0, lam0, options)
+    traced, us0, xs0, start = primal(traced), primal(us0), primal(xs0), primal(start)
+    out = _solve_impl(split.join(traced), us0, xs0, start, options)
     xs, us, lam = out[:3]
-    return out, (traced, xs, us, lam, us0, xs0, lam0, _Perturbed(flags))
+    return out, (traced, xs, us, lam, us0, xs0, start, _Perturbed(flags))
 
 
 def _solve_bwd(options, split, residuals, cotangents):
-    traced, xs, us, lam, us0, xs0, lam0, flags = residuals
+    traced, xs, us, lam, us0, xs0, start, flags = residuals
     # the multipliers, counters and log are not differentiated; a solution does not depend on where
     # the solve started
     x_bar, u_bar = (jnp.zeros_like(a) if isinstance(c, jax.custom_derivatives.SymbolicZero) else c
                     for a, c in ((xs, cotangents[0]), (us, cotangents[1])))
-    perturbed = [False] * len(split.leaves)
+    perturbed = [False] * len(split.leaves)  # over all of the problem's leaves
     for i, f in zip(split.index, flags.flags):
         perturbed[i] = f
     problem_bar = solution_vjp(split.join(traced), xs, us, lam, x_bar, u_bar, perturbed)
     leaves_bar = jax.tree_util.tree_leaves(problem_bar)
-    return [leaves_bar[i] for i in split.index], jnp.zeros_like(us0), jnp.zeros_like(xs0), jax.tree_util.tree_map(jnp.zeros_like, lam0)
+    return [leaves_bar[i] for i in split.index], jnp.zeros_like(us0), jnp.zeros_like(xs0), jax.tree_util.tree_map(jnp.zeros_like, start)
 
 
 _solve = jax.custom_vjp(_solve_split, nondiff_argnums=(4, 5))

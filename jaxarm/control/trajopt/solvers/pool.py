@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ....core.xla import jit as _jit
+from ....model import checks
 from ..ocp import OCP, solver_arm
 from .ddp import ITERATION_LIMIT, DDPLog, OCPResult, _constraint_layout, _hold, ddp
 
@@ -91,7 +92,7 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
                          f"axis, got {tree}")
     if not leaves:
         raise ValueError(f"{func}: params: the problem has no params to batch over")
-    if any(isinstance(a, jax.core.Tracer) for a in leaves + jax.tree_util.tree_leaves(problem)):
+    if not checks.concrete((params, problem, x0)):
         raise TypeError(f"{func}: runs on the host (a Python loop over rounds of a compiled solver): call it outside "
                         "jax.jit, jax.vmap and jax.grad; to batch inside a traced program, jax.vmap trajopt.ddp itself")
     leaves = [np.asarray(a) for a in leaves]
@@ -114,8 +115,6 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
     reg_start = options.pop("regularization", 0.0)
     if x0 is None:
         x0 = np.broadcast_to(np.asarray(problem.x0), (N, 2 * n))
-    elif isinstance(x0, jax.core.Tracer):
-        raise TypeError(f"{func}: runs on the host: call it outside jax.jit, jax.vmap and jax.grad")
     x0 = np.asarray(x0, dtype)
     if x0.shape != (N, 2 * n):
         raise ValueError(f"{func}: x0: expected shape ({N}, {2 * n}) (a start state q, qd per problem), got {x0.shape}")
@@ -144,9 +143,8 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
                 continue
             slot_rounds += 1
             it = int(out.iterations[s])
-            take = min(it, max_iterations - used[i])  # (always it: rounds end at multiples of round_iterations)
-            for f in DDPLog._fields:
-                history[f][i, used[i]: used[i] + take] = getattr(out.history, f)[s, :take]
+            for f in DDPLog._fields:  # (max_iterations is a whole number of rounds: the history has room)
+                history[f][i, used[i]: used[i] + it] = getattr(out.history, f)[s, :it]
             used[i] += it
             u[i], x[i], lam[i] = out.u[s], out.x[s], out.multipliers[s]
             if it > 0:  # the regularization of its last iteration: where the next round starts
