@@ -309,24 +309,60 @@ def test_cholesky_on_scalars_matches_numpy():
     assert_close(linalg.cholesky_solve(jnp.asarray(M), jnp.asarray(b)), np.linalg.solve(M, b), 1e-13, "array Cholesky")
 
 
-def test_reverse_mode_gathers_a_vectors_cotangents_in_one_concatenate():
-    """The recursions read a joint vector's entries by one split (algebra.entries): reverse mode
-    then gathers their cotangents with one concatenate per vector, where one slice per use
-    transposed to a pad each (27 for the Puma's inverse dynamics) and XLA:CPU ran each in a loop
-    fusion of its own, every step of a rollout's reverse loop. Numbers, lists and numpy arrays
-    pass through unchanged (their entries fold as before)."""
+def _count(j, name):
+    jaxpr = getattr(j, "jaxpr", j)
+    inner = [getattr(v, "jaxpr", v) for e in jaxpr.eqns for v in e.params.values()]
+    return sum(e.primitive.name == name for e in jaxpr.eqns) + sum(_count(v, name) for v in inner if hasattr(v, "eqns"))
+
+
+def test_reverse_mode_gathers_a_vectors_cotangents_by_selects_and_reads_them_by_one_split():
+    """The recursions read a joint vector's entries by one split (algebra.entries) and assemble
+    their results with algebra.vector. In reverse mode the cotangents of the entries are put back
+    by a chain of selects (no concatenate: XLA:CPU re-derives a concatenate's operands for every
+    entry it writes; no pads: one slice per use transposed to a pad each, 27 for the Puma's
+    inverse dynamics, each a loop of its own), and the cotangent of a vector's array is read by
+    one split (no select-and-sum per entry). Numbers, lists and numpy arrays pass through
+    unchanged (their entries fold as before)."""
     arm = jaxarm.load_arm("puma560")
     q, qd, x = random_state(5, arm.n)
-
-    def count(j, name):
-        jaxpr = getattr(j, "jaxpr", j)
-        inner = [getattr(v, "jaxpr", v) for e in jaxpr.eqns for v in e.params.values()]
-        return sum(e.primitive.name == name for e in jaxpr.eqns) + sum(count(v, name) for v in inner if hasattr(v, "eqns"))
-
-    grad = jax.make_jaxpr(jax.grad(lambda q, qd, x: jnp.sum(jaxarm.inverse_dynamics(arm, q, qd, x)), argnums=(0, 1, 2)))(q, qd, x)
-    assert count(grad, "pad") == 0
-    assert count(grad, "concatenate") >= 3  # q, qd and qdd
+    loss = lambda q, qd, x: jnp.sum(jaxarm.inverse_dynamics(arm, q, qd, x))  # noqa: E731
+    grad = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, qd, x)
+    assert _count(grad, "pad") == 0 and _count(grad, "concatenate") == 0
+    assert _count(grad, "reduce_sum") == _count(jax.make_jaxpr(loss)(q, qd, x), "reduce_sum")  # the loss's own sum only
+    assert _count(grad, "jaxarm_entries") >= 1  # the torques' cotangent, read by one split
     parts = _kernels.entries(jnp.asarray([1.0, 2.0, 3.0]))
     assert [float(p) for p in parts] == [1.0, 2.0, 3.0] and all(jnp.shape(p) == () for p in parts)
     constant = np.array([1.0, 2.0])
     assert _kernels.entries(constant) is constant and _kernels.entries(None) is None
+
+
+def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
+    """The three primitives of the algebra (entries, vector, cotangent_once) give the values and
+    derivatives of a split, a stack and the identity under jit, vmap (either axis), jvp, grad,
+    jacfwd, jacrev and hessian; cotangent_once's reverse mode holds one product with the identity
+    (on a CPU, a dot: XLA:CPU does not fuse into one) and its forward mode none."""
+    from jaxarm.dynamics.algebra import cotangent_once, vector
+
+    def ours(v):
+        e = _kernels.entries(cotangent_once(v))
+        return jnp.sum(vector([e[0] * e[1], jnp.sin(e[2]), e[0] ** 3]) * jnp.asarray([1.0, 2.0, 3.0]))
+
+    def plain(v):
+        return jnp.sum(jnp.stack([v[0] * v[1], jnp.sin(v[2]), v[0] ** 3]) * jnp.asarray([1.0, 2.0, 3.0]))
+
+    v = jnp.asarray([0.3, -1.2, 0.7])
+    V = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)))
+    second_reverse = lambda f: jax.grad(lambda v: jnp.sum(jax.grad(f)(v) ** 2))  # noqa: E731
+    for transform in (lambda f: f, jax.grad, jax.jacfwd, jax.jacrev, jax.hessian, second_reverse):
+        assert_close(jax.jit(transform(ours))(v), transform(plain)(v), 1e-14, "one vector")
+        assert_close(jax.vmap(transform(ours))(V), jax.vmap(transform(plain))(V), 1e-14, "vmapped, axis 0")
+        assert_close(jax.vmap(transform(ours), in_axes=1)(V.T), jax.vmap(transform(plain))(V), 1e-14, "vmapped, axis 1")
+    t = jnp.asarray([1.0, 0.5, -2.0])
+    assert_close(jax.jvp(ours, (v,), (t,))[1], jax.jvp(plain, (v,), (t,))[1], 1e-14, "jvp")
+    # a vector of scalars some of which are batched and some not
+    w = jax.vmap(lambda a: vector([a, jnp.asarray(2.0), a * a]))(jnp.asarray([1.0, 3.0]))
+    assert_close(w, jnp.asarray([[1.0, 2.0, 1.0], [3.0, 2.0, 9.0]]), 0.0, "vector with an unbatched entry")
+    assert _count(jax.make_jaxpr(jax.grad(ours))(v), "jaxarm_materialized") == 1
+    assert _count(jax.make_jaxpr(lambda v, t: jax.jvp(ours, (v,), (t,)))(v, t), "jaxarm_materialized") == 0
+    if jax.default_backend() == "cpu":  # lowered as a product with the identity on a CPU only
+        assert " dot(" in jax.jit(jax.vmap(jax.grad(ours))).lower(V).compile().as_text()

@@ -282,3 +282,28 @@ def test_friction_gradient_at_rest_with_asymmetric_smoothed_coulomb_and_stribeck
     expected = G * Ts / s + arm.drives.viscous_friction * G**2 + sig
     np.testing.assert_allclose(np.diag(J), central_difference_jacobian(arm, np.zeros(3)).diagonal(), rtol=1e-5)
     np.testing.assert_allclose(np.diag(J), expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("models", [(), ("viscous",), ("coulomb",), ("stribeck",), ("sigmoid",), ("viscous", "coulomb", "stribeck", "sigmoid")])
+def test_a_known_arm_leaves_its_switched_off_friction_models_out_and_computes_the_same(models):
+    """A known arm (closed over by a jit) traces only the friction models whose parameters are
+    set; the torques equal those of the same arm traced (all models evaluated) at velocities of
+    both signs and at rest. Without Coulomb, Stribeck or sigmoid friction, no exponential or tanh
+    is left in the program (the dearest operations of a dynamics evaluation)."""
+    full = all_friction_arm()
+    off = {"viscous_friction": 0.0, "coulomb_friction": 0.0, "static_friction": 0.0, "sigmoid_friction": 0.0}
+    keep = {"viscous": ["viscous_friction"], "coulomb": ["coulomb_friction"], "stribeck": ["static_friction", "coulomb_friction"],
+            "sigmoid": ["sigmoid_friction"]}
+    for m in models:
+        for field in keep[m]:
+            off.pop(field, None)
+    arm = with_drives(full, **off)
+    known = jax.jit(lambda qd: jaxarm.friction_torques(arm, qd))
+    traced = jax.jit(jaxarm.friction_torques)
+    for qd in (np.array([0.7, -0.2, 0.0]), np.array([-1.5, 1e-4, 2.0])):
+        np.testing.assert_allclose(known(qd), traced(arm, qd), rtol=1e-15, atol=1e-15)
+    text = str(jax.make_jaxpr(lambda qd: jaxarm.friction_torques(arm, qd))(np.zeros(3)))
+    if not any(m in models for m in ("coulomb", "stribeck", "sigmoid")):
+        assert "exp" not in text and "tanh" not in text
+    if "stribeck" in models or "sigmoid" in models:
+        assert "exp" in text

@@ -121,7 +121,8 @@ def _accel_jacobians(arm, xs, us, qdd, L, input, fe=None, saturate=False):
         return jax.core.eval_jaxpr(jaxpr, full, t[:n], t[n:])[0]
 
     eye = jnp.eye(2 * n, dtype=xs.dtype)
-    dID = jax.vmap(lambda r: jax.vmap(lambda t: apply(r, t), out_axes=1)(eye))(res)  # (N, n, 2n)
+    # (N, n, 2n); an arm whose Newton-Euler is linear in (q, qd) (one prismatic joint) has no residuals
+    dID = jax.vmap(lambda r: jax.vmap(lambda t: apply(r, t), out_axes=1)(eye), axis_size=xs.shape[0])(res)
 
     def solve(x, u, L, d):
         dtau = jax.jacfwd(lambda qd, u: _joint_torque(arm, u, qd, input, saturate), argnums=(0, 1))(x[n:], u)

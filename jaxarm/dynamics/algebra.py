@@ -37,6 +37,8 @@ from fractions import Fraction
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from ..model.checks import _is_concrete as _concrete
 
@@ -336,15 +338,116 @@ def _dtype(values, dtype):
 
 
 def entries(x):
-    """The entries of a traced vector x (n,) as a list of n scalars, by one split: in reverse
-    mode its transpose is one concatenate, where n slices ``x[i]`` (one per use) transpose to as
-    many pads and their sums, each a loop fusion of its own in XLA:CPU's reverse loop. Anything
-    else (numpy arrays, lists, None) is returned as it is: indexing it folds as before."""
+    """The entries of a traced vector x (n,) as a list of n scalars, by one split. In reverse mode
+    their cotangents are put back into one array by a chain of selects (:func:`vector`'s form), not
+    by the concatenate that JAX's transpose of a split is: XLA:CPU fuses a concatenate of deep
+    scalar expressions into a loop that re-derives them for every entry it writes, and the
+    cotangents of a joint vector read by Newton-Euler are deep expressions (the whole reverse
+    sweep). Anything else (numpy arrays, lists, None) is returned as it is: indexing it folds as
+    before."""
     if not isinstance(x, jax.Array) or jnp.ndim(x) != 1:
         return x
-    if not hasattr(jax.lax, "split"):  # an older jax without lax.split: slices, as before
-        return [x[i] for i in range(x.shape[0])]
-    return [part.reshape(()) for part in jax.lax.split(x, (1,) * x.shape[0])]
+    return list(_entries_p.bind(x))
+
+
+def cotangent_once(x):
+    """x itself; in reverse mode its cotangent is computed once, into an array of its own.
+
+    XLA:CPU fuses an elementwise producer into every consumer that can take it, so a deep
+    cotangent (Newton-Euler's reverse sweep, read by the Runge-Kutta stage loop's several
+    accumulators) is otherwise computed once per consumer. On a CPU the transpose here is a
+    product with the identity: a dot, which XLA:CPU never fuses into, so the cotangent is
+    materialized and its consumers read it (on other platforms it is the identity). Without
+    differentiation and in forward mode it is the identity and costs nothing (no operation is
+    emitted)."""
+    return _cotangent_once_p.bind(x)
+
+
+# Two primitives (the documented way to give an operation its own transformation rules,
+# ``jax.extend.core.Primitive``): both are identities or splits when evaluated, and differ from
+# the plain operations only in the programs their transposes emit.
+
+_entries_p = Primitive("jaxarm_entries")
+_entries_p.multiple_results = True
+
+
+def _entries_impl(x):
+    n = x.shape[-1]
+    return [part.reshape(x.shape[:-1]) for part in jax.lax.split(x, (1,) * n, axis=x.ndim - 1)]
+
+
+def _entries_abstract(x):
+    return [jax.core.ShapedArray(x.shape[:-1], x.dtype, weak_type=x.weak_type)] * x.shape[-1]
+
+
+def _entries_batch(args, dims):
+    (x,), (d,) = args, dims
+    x = jnp.moveaxis(x, d, 0)  # the entries' axis stays the last
+    return _entries_p.bind(x), [0] * x.shape[-1]
+
+
+def _entries_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    out = _entries_p.bind(x)
+    if type(t) is ad.Zero:
+        return out, [ad.Zero(jax.core.get_aval(o).to_tangent_aval()) for o in out]
+    return out, _entries_p.bind(t)
+
+
+def _entries_transpose(cts, x):
+    aval = x.aval
+    live = [(i, c) for i, c in enumerate(cts) if type(c) is not ad.Zero]
+    if not live:
+        return [ad.Zero(aval.to_tangent_aval())]
+    position = jax.lax.broadcasted_iota(np.int32, aval.shape, len(aval.shape) - 1)
+    out = jnp.zeros(aval.shape, aval.dtype)
+    for i, c in live:
+        out = jnp.where(position == i, jnp.asarray(c, aval.dtype)[..., None], out)
+    return [out]
+
+
+_entries_p.def_impl(_entries_impl)
+_entries_p.def_abstract_eval(_entries_abstract)
+mlir.register_lowering(_entries_p, mlir.lower_fun(_entries_impl, multiple_results=True))
+batching.primitive_batchers[_entries_p] = _entries_batch
+ad.primitive_jvps[_entries_p] = _entries_jvp
+ad.primitive_transposes[_entries_p] = _entries_transpose
+
+_cotangent_once_p = Primitive("jaxarm_cotangent_once")
+_materialized_p = Primitive("jaxarm_materialized")
+
+
+def _identity_jvp(p):
+    def jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return p.bind(x), (t if type(t) is ad.Zero else p.bind(t))
+    return jvp
+
+
+def _identity_transpose(into):
+    def transpose(ct, x):
+        return [ct if type(ct) is ad.Zero else into.bind(ct)]
+    return transpose
+
+
+def _dot_identity(x):
+    """x as a product with the identity over its last axis, at least as a (1, n) matrix (a
+    vector-matrix dot would be rewritten into a fusible reduce)."""
+    n = x.shape[-1]
+    eye = jnp.eye(n, dtype=x.dtype)
+    return jnp.dot(x.reshape(-1, n), eye, precision=jax.lax.Precision.HIGHEST).reshape(x.shape)
+
+
+for _p, _into in ((_cotangent_once_p, _materialized_p), (_materialized_p, _cotangent_once_p)):
+    _p.def_impl(lambda x: x)
+    _p.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(_p, lambda ctx, x: [x])
+    batching.primitive_batchers[_p] = (lambda p: lambda args, dims: (p.bind(args[0]), dims[0]))(_p)
+    ad.primitive_jvps[_p] = _identity_jvp(_p)
+    ad.primitive_transposes[_p] = _identity_transpose(_into)
+# on a CPU the materialized cotangent is the product with the identity; elsewhere (GPU, TPU) it is
+# x itself: XLA:GPU forms its fusions differently, and a dot there is a kernel launch of its own
+mlir.register_lowering(_materialized_p, mlir.lower_fun(_dot_identity, multiple_results=False), platform="cpu")
 
 
 def vector(values, dtype=None):
@@ -356,15 +459,63 @@ def vector(values, dtype=None):
     magnitude slower than the arithmetic, and slow to compile); the select chain keeps one fused
     loop that evaluates the recursion once per state.
     """
-    n = len(values)
     dtype = _dtype(values, dtype)
-    values = [materialize(x, dtype) for x in values]
-    out = values[-1] * jnp.ones(n, dtype)
+    values = [jnp.asarray(materialize(x, dtype), dtype) for x in values]
+    if any(jnp.ndim(v) for v in values):  # not scalars: as before, by broadcasting
+        return _select_chain(values)
+    return _vector_p.bind(*values)
+
+
+def _select_chain(values):
+    n = len(values)
+    out = values[-1][..., None] * jnp.ones(n, values[-1].dtype)
     for j in range(n - 1):
         mask = np.zeros(n, dtype=bool)
         mask[j] = True
-        out = jnp.where(mask, values[j], out)
+        out = jnp.where(mask, values[j][..., None], out)
     return out
+
+
+# vector's primitive: the select chain when evaluated; in reverse mode the cotangents of the
+# scalars are the entries of the array's cotangent, read by one split (cheap reads of an array
+# already there), where the select chain's own transpose reads each by a select and a sum over
+# the vector, a reduction that XLA:CPU fuses with the scalar arithmetic after it (the Cholesky
+# back-substitution of forward dynamics' reverse pass) and evaluates once per entry summed.
+_vector_p = Primitive("jaxarm_vector")
+
+
+def _vector_abstract(*values):
+    v = values[0]
+    return jax.core.ShapedArray(v.shape + (len(values),), v.dtype, weak_type=v.weak_type)
+
+
+def _vector_batch(args, dims):
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    args = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size,) + a.shape)
+            for a, d in zip(args, dims)]
+    return _vector_p.bind(*args), 0
+
+
+def _vector_jvp(primals, tangents):
+    out = _vector_p.bind(*primals)
+    if all(type(t) is ad.Zero for t in tangents):
+        return out, ad.Zero(jax.core.get_aval(out).to_tangent_aval())
+    return out, _vector_p.bind(*(ad.instantiate_zeros(t) for t in tangents))
+
+
+def _vector_transpose(ct, *values):
+    if type(ct) is ad.Zero:
+        return [ad.Zero(v.aval.to_tangent_aval()) if ad.is_undefined_primal(v) else None for v in values]
+    parts = _entries_p.bind(ct)
+    return [part if ad.is_undefined_primal(v) else None for part, v in zip(parts, values)]
+
+
+_vector_p.def_impl(lambda *values: _select_chain(list(values)))
+_vector_p.def_abstract_eval(_vector_abstract)
+mlir.register_lowering(_vector_p, mlir.lower_fun(lambda *values: _select_chain(list(values)), multiple_results=False))
+batching.primitive_batchers[_vector_p] = _vector_batch
+ad.primitive_jvps[_vector_p] = _vector_jvp
+ad.primitive_transposes[_vector_p] = _vector_transpose
 
 
 def matrix(rows, dtype=None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from ..model import checks
 from ..model.arm import Arm
@@ -44,19 +45,35 @@ def friction_torques(arm: Arm, qd):
 
 def _friction_torques(arm: Arm, qd):
     dr = arm.drives
+    # A known arm's friction models that are off (all parameters zero) are left out of the program:
+    # the exponentials and tanh of the Coulomb, Stribeck and sigmoid models are the dearest
+    # operations of a dynamics evaluation, and in reverse mode they sit in the loop that gathers
+    # the joint-velocity cotangent.
+    known = checks.concrete(dr)
+
+    def on(*params):
+        return not known or any(np.any(np.asarray(p) != 0) for p in params)
+
     G = jnp.asarray(dr.gear_ratio)
     absG = jnp.abs(G)
-    s = _direction(qd, jnp.asarray(dr.coulomb_velocity_scale))
+    total = jnp.zeros_like(qd)
+    if on(dr.viscous_friction):
+        total = total + jnp.asarray(dr.viscous_friction) * G * G * qd
     tc = jnp.asarray(dr.coulomb_friction)
-    forward = qd >= 0  # which Coulomb level applies; s carries the (smoothed) direction
-    viscous = jnp.asarray(dr.viscous_friction) * G * G * qd
-    coulomb = absG * jnp.where(forward, tc[:, 0], -tc[:, 1]) * s
     Ts = jnp.asarray(dr.static_friction)
-    vs = jnp.asarray(dr.stribeck_velocity)
-    vs_safe = jnp.where(vs > 0, vs, 1.0)
-    tc_mag = jnp.where(forward, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
-    stribeck = jnp.where(Ts > 0, absG * (Ts - tc_mag) * jnp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
+    stribeck_on = not known or bool(np.any(np.asarray(dr.static_friction) > 0))
+    if on(dr.coulomb_friction) or stribeck_on:
+        s = _direction(qd, jnp.asarray(dr.coulomb_velocity_scale))
+        forward = qd >= 0  # which Coulomb level applies; s carries the (smoothed) direction
+        if on(dr.coulomb_friction):
+            total = total + absG * jnp.where(forward, tc[:, 0], -tc[:, 1]) * s
+        if stribeck_on:
+            vs = jnp.asarray(dr.stribeck_velocity)
+            vs_safe = jnp.where(vs > 0, vs, 1.0)
+            tc_mag = jnp.where(forward, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
+            total = total + jnp.where(Ts > 0, absG * (Ts - tc_mag) * jnp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
     phi = jnp.asarray(dr.sigmoid_friction)
-    p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]
-    sigmoid = p1 * (jnp.reciprocal(1.0 + jnp.exp(-p2 * (qd + p3))) - jnp.reciprocal(1.0 + jnp.exp(-p2 * p3)))
-    return viscous + coulomb + stribeck + sigmoid
+    if on(np.asarray(dr.sigmoid_friction)[:, 0] if known else dr.sigmoid_friction):
+        p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]
+        total = total + p1 * (jnp.reciprocal(1.0 + jnp.exp(-p2 * (qd + p3))) - jnp.reciprocal(1.0 + jnp.exp(-p2 * p3)))
+    return total

@@ -10,7 +10,7 @@ from jax.custom_derivatives import SymbolicZero
 from ..model import checks
 from ..model.arm import Arm
 from . import drives, linalg
-from .algebra import _vec, vector
+from .algebra import _vec, cotangent_once, entries, vector
 from .composite_body import composite_mass_matrix
 from .kinematics import _bodies, joint_frames
 from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, rnea
@@ -57,6 +57,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
         # differentiate inverse dynamics along the inputs that have a tangent only (a zero tangent,
         # e.g. of a traced arm that is not differentiated, would otherwise be carried as numbers)
         d_values, dq, dqd, dtau, df_ext = tangents
+        dq, dqd, dtau = (t if isinstance(t, SymbolicZero) else cotangent_once(t) for t in (dq, dqd, dtau))
         inputs, d_all = [*values, q, qd, f_ext], [*d_values, dq, dqd, df_ext]
         moving = [i for i, t in enumerate(d_all) if not isinstance(t, SymbolicZero)]
         k = len(values)
@@ -72,7 +73,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
             _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
             rhs = rhs - did.astype(qdd.dtype)
         n = qdd.shape[-1]
-        return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, [rhs[i] for i in range(n)]), qdd.dtype)
+        return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, entries(rhs)), qdd.dtype)
 
     fd.defjvp(fd_jvp, symbolic_zeros=True)
 
@@ -104,7 +105,8 @@ def _forward_dynamics_scalars(arm, q, qd, tau, f_ext=None):
     friction = drives._friction_torques(arm, qd)
     n = arm.n
     M = [[M[i][j] + rotor[i] if i == j else M[i][j] for j in range(n)] for i in range(n)]
-    rhs = [tau[i] - bias[i] - friction[i] for i in range(n)]
+    tau_i, friction_i = entries(tau), entries(friction)
+    rhs = [tau_i[i] - bias[i] - friction_i[i] for i in range(n)]
     L, inv_diag = linalg.cholesky_factor_scalars(M)
     qdd = vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, rhs), dtype)
     return qdd, L, inv_diag
