@@ -337,7 +337,7 @@ def test_reverse_mode_gathers_a_vectors_cotangents_by_selects_and_reads_them_by_
 
 
 def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
-    """The three primitives of the algebra (entries, vector, cotangent_once) give the values and
+    """The three primitives of the algebra (entries, vector with cotangent_by_split, cotangent_once) give the values and
     derivatives of a split, a stack and the identity under jit, vmap (either axis), jvp, grad,
     jacfwd, jacrev and hessian; cotangent_once's reverse mode holds one product with the identity
     (on a CPU, a dot: XLA:CPU does not fuse into one) and its forward mode none."""
@@ -345,10 +345,13 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
 
     def ours(v):
         e = _kernels.entries(cotangent_once(v))
-        return jnp.sum(vector([e[0] * e[1], jnp.sin(e[2]), e[0] ** 3]) * jnp.asarray([1.0, 2.0, 3.0]))
+        by_split = vector([e[0] * e[1], jnp.sin(e[2]), e[0] ** 3], cotangent_by_split=True)
+        by_selects = vector([e[2], e[1] * e[1], e[0]])
+        return jnp.sum(by_split * jnp.asarray([1.0, 2.0, 3.0])) + jnp.sum(by_selects ** 2)
 
     def plain(v):
-        return jnp.sum(jnp.stack([v[0] * v[1], jnp.sin(v[2]), v[0] ** 3]) * jnp.asarray([1.0, 2.0, 3.0]))
+        return (jnp.sum(jnp.stack([v[0] * v[1], jnp.sin(v[2]), v[0] ** 3]) * jnp.asarray([1.0, 2.0, 3.0]))
+                + jnp.sum(jnp.stack([v[2], v[1] * v[1], v[0]]) ** 2))
 
     v = jnp.asarray([0.3, -1.2, 0.7])
     V = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)))
@@ -360,7 +363,7 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
     t = jnp.asarray([1.0, 0.5, -2.0])
     assert_close(jax.jvp(ours, (v,), (t,))[1], jax.jvp(plain, (v,), (t,))[1], 1e-14, "jvp")
     # a vector of scalars some of which are batched and some not
-    w = jax.vmap(lambda a: vector([a, jnp.asarray(2.0), a * a]))(jnp.asarray([1.0, 3.0]))
+    w = jax.vmap(lambda a: vector([a, jnp.asarray(2.0), a * a], cotangent_by_split=True))(jnp.asarray([1.0, 3.0]))
     assert_close(w, jnp.asarray([[1.0, 2.0, 1.0], [3.0, 2.0, 9.0]]), 0.0, "vector with an unbatched entry")
     assert _count(jax.make_jaxpr(jax.grad(ours))(v), "jaxarm_materialized") == 1
     assert _count(jax.make_jaxpr(lambda v, t: jax.jvp(ours, (v,), (t,)))(v, t), "jaxarm_materialized") == 0

@@ -450,7 +450,7 @@ for _p, _into in ((_cotangent_once_p, _materialized_p), (_materialized_p, _cotan
 mlir.register_lowering(_materialized_p, mlir.lower_fun(_dot_identity, multiple_results=False), platform="cpu")
 
 
-def vector(values, dtype=None):
+def vector(values, dtype=None, *, cotangent_by_split=False):
     """Stack n scalars into an (n,) array as a chain of selects on a constant mask (Knowns become
     constants of ``dtype``, by default that of the other values).
 
@@ -458,10 +458,19 @@ def vector(values, dtype=None):
     fused into one loop whose per-element code re-derives every shared subexpression (orders of
     magnitude slower than the arithmetic, and slow to compile); the select chain keeps one fused
     loop that evaluates the recursion once per state.
+
+    ``cotangent_by_split``: in reverse mode, read the scalars' cotangents from the array's by one
+    split (a primitive whose transpose is :func:`entries`), instead of the select chain's own
+    transpose, a select and a sum per entry. For a vector whose cotangent arrives as an array of
+    its own (forward dynamics' tangent, whose cotangent comes from the Runge-Kutta stage loop):
+    XLA:CPU fused each of those sums with the scalar arithmetic after it and evaluated that once
+    per entry summed. Where the cotangent is itself a deep expression (a traced arm's Newton-Euler),
+    the n reads of a split pull it into n fusions instead (the Panda's mass gradient: 60.8k ->
+    86.7k lines of optimized HLO), so the plain select chain stays the default.
     """
     dtype = _dtype(values, dtype)
     values = [jnp.asarray(materialize(x, dtype), dtype) for x in values]
-    if any(jnp.ndim(v) for v in values):  # not scalars: as before, by broadcasting
+    if not cotangent_by_split or any(jnp.ndim(v) for v in values):
         return _select_chain(values)
     return _vector_p.bind(*values)
 
@@ -476,11 +485,8 @@ def _select_chain(values):
     return out
 
 
-# vector's primitive: the select chain when evaluated; in reverse mode the cotangents of the
-# scalars are the entries of the array's cotangent, read by one split (cheap reads of an array
-# already there), where the select chain's own transpose reads each by a select and a sum over
-# the vector, a reduction that XLA:CPU fuses with the scalar arithmetic after it (the Cholesky
-# back-substitution of forward dynamics' reverse pass) and evaluates once per entry summed.
+# vector(cotangent_by_split=True)'s primitive: the select chain when evaluated; in reverse mode
+# the cotangents of the scalars are the entries of the array's cotangent, read by one split.
 _vector_p = Primitive("jaxarm_vector")
 
 

@@ -73,7 +73,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
             _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
             rhs = rhs - did.astype(qdd.dtype)
         n = qdd.shape[-1]
-        return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, entries(rhs)), qdd.dtype)
+        return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, entries(rhs)), qdd.dtype, cotangent_by_split=True)
 
     fd.defjvp(fd_jvp, symbolic_zeros=True)
 

@@ -125,7 +125,10 @@ def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
     dtype = jnp.result_type(bodies.mass, q, qd, a0)
     taus, forces, moments = rnea(bodies, arm.is_revolute, frames, qd, qdd, _vec(a0), _kernel_tip(bodies, f_ext))
     wrenches = matrix([tuple(f) + tuple(m) for f, m in zip(forces, moments)], dtype)
-    return vector(taus, dtype), wrenches
+    # a known arm's torques are read back by one split in reverse mode (their cotangent, from
+    # forward dynamics' derivative rule, is an array of selects); a traced arm's by the select
+    # chain's own transpose (algebra.vector, cotangent_by_split)
+    return vector(taus, dtype, cotangent_by_split=checks.concrete(arm)), wrenches
 
 
 def _kernel_tip(bodies, f_ext):
