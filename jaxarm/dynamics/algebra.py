@@ -37,7 +37,10 @@ from fractions import Fraction
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.core import Primitive
+try:  # jax >= 0.4.3x; older releases had it in jax.core
+    from jax.extend.core import Primitive
+except ImportError:  # pragma: no cover
+    from jax.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from ..model.checks import _is_concrete as _concrete
@@ -367,12 +370,19 @@ def cotangent_once(x):
 # ``jax.extend.core.Primitive``): both are identities or splits when evaluated, and differ from
 # the plain operations only in the programs their transposes emit.
 
+def _zero(x):
+    """A symbolic zero tangent for x (an array or an abstract value; floating point here)."""
+    return ad.Zero(jax.core.ShapedArray(x.shape, x.dtype))
+
+
 _entries_p = Primitive("jaxarm_entries")
 _entries_p.multiple_results = True
 
 
 def _entries_impl(x):
     n = x.shape[-1]
+    if not hasattr(jax.lax, "split"):  # an older jax without lax.split: slices
+        return [jax.lax.index_in_dim(x, i, axis=x.ndim - 1, keepdims=False) for i in range(n)]
     return [part.reshape(x.shape[:-1]) for part in jax.lax.split(x, (1,) * n, axis=x.ndim - 1)]
 
 
@@ -390,7 +400,7 @@ def _entries_jvp(primals, tangents):
     (x,), (t,) = primals, tangents
     out = _entries_p.bind(x)
     if type(t) is ad.Zero:
-        return out, [ad.Zero(jax.core.get_aval(o).to_tangent_aval()) for o in out]
+        return out, [_zero(o) for o in out]
     return out, _entries_p.bind(t)
 
 
@@ -398,7 +408,7 @@ def _entries_transpose(cts, x):
     aval = x.aval
     live = [(i, c) for i, c in enumerate(cts) if type(c) is not ad.Zero]
     if not live:
-        return [ad.Zero(aval.to_tangent_aval())]
+        return [_zero(aval)]
     position = jax.lax.broadcasted_iota(np.int32, aval.shape, len(aval.shape) - 1)
     out = jnp.zeros(aval.shape, aval.dtype)
     for i, c in live:
@@ -505,13 +515,13 @@ def _vector_batch(args, dims):
 def _vector_jvp(primals, tangents):
     out = _vector_p.bind(*primals)
     if all(type(t) is ad.Zero for t in tangents):
-        return out, ad.Zero(jax.core.get_aval(out).to_tangent_aval())
+        return out, _zero(out)
     return out, _vector_p.bind(*(ad.instantiate_zeros(t) for t in tangents))
 
 
 def _vector_transpose(ct, *values):
     if type(ct) is ad.Zero:
-        return [ad.Zero(v.aval.to_tangent_aval()) if ad.is_undefined_primal(v) else None for v in values]
+        return [_zero(v.aval) if ad.is_undefined_primal(v) else None for v in values]
     parts = _entries_p.bind(ct)
     return [part if ad.is_undefined_primal(v) else None for part, v in zip(parts, values)]
 
