@@ -366,9 +366,10 @@ def cotangent_once(x):
     return _cotangent_once_p.bind(x)
 
 
-# Two primitives (the documented way to give an operation its own transformation rules,
-# ``jax.extend.core.Primitive``): both are identities or splits when evaluated, and differ from
-# the plain operations only in the programs their transposes emit.
+# The primitives behind entries, cotangent_once and vector(cotangent_by_split=True) (the
+# documented way to give an operation its own transformation rules, ``jax.extend.core.Primitive``):
+# a split, the identity and the select chain when evaluated, differing from the plain operations
+# only in the programs their transposes emit.
 
 def _zero(x):
     """A symbolic zero tangent for x (an array or an abstract value; floating point here)."""
