@@ -51,8 +51,9 @@ def _friction_torques(arm: Arm, qd):
     # the joint-velocity cotangent.
     known = checks.concrete(dr)
 
-    def on(*params):
-        return not known or any(np.any(np.asarray(p) != 0) for p in params)
+    def on(field, test=lambda p: p != 0):
+        """Whether a model can contribute: always for a traced arm, else where ``test`` holds."""
+        return not known or bool(np.any(test(np.asarray(field))))
 
     G = jnp.asarray(dr.gear_ratio)
     absG = jnp.abs(G)
@@ -61,19 +62,19 @@ def _friction_torques(arm: Arm, qd):
         total = total + jnp.asarray(dr.viscous_friction) * G * G * qd
     tc = jnp.asarray(dr.coulomb_friction)
     Ts = jnp.asarray(dr.static_friction)
-    stribeck_on = not known or bool(np.any(np.asarray(dr.static_friction) > 0))
-    if on(dr.coulomb_friction) or stribeck_on:
+    coulomb_on, stribeck_on = on(dr.coulomb_friction), on(dr.static_friction, lambda p: p > 0)
+    if coulomb_on or stribeck_on:
         s = _direction(qd, jnp.asarray(dr.coulomb_velocity_scale))
         forward = qd >= 0  # which Coulomb level applies; s carries the (smoothed) direction
-        if on(dr.coulomb_friction):
+        if coulomb_on:
             total = total + absG * jnp.where(forward, tc[:, 0], -tc[:, 1]) * s
         if stribeck_on:
             vs = jnp.asarray(dr.stribeck_velocity)
             vs_safe = jnp.where(vs > 0, vs, 1.0)
             tc_mag = jnp.where(forward, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
             total = total + jnp.where(Ts > 0, absG * (Ts - tc_mag) * jnp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
-    phi = jnp.asarray(dr.sigmoid_friction)
-    if on(np.asarray(dr.sigmoid_friction)[:, 0] if known else dr.sigmoid_friction):
+    if on(dr.sigmoid_friction, lambda p: p[:, 0] != 0):  # phi1 = 0: no sigmoid friction
+        phi = jnp.asarray(dr.sigmoid_friction)
         p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]
         total = total + p1 * (jnp.reciprocal(1.0 + jnp.exp(-p2 * (qd + p3))) - jnp.reciprocal(1.0 + jnp.exp(-p2 * p3)))
     return total

@@ -72,7 +72,6 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
         if moving:
             _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
             rhs = rhs - did.astype(qdd.dtype)
-        n = qdd.shape[-1]
         return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, entries(rhs)), qdd.dtype, cotangent_by_split=True)
 
     fd.defjvp(fd_jvp, symbolic_zeros=True)
