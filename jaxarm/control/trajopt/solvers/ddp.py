@@ -163,19 +163,23 @@ def _box_qp(H, g, lo, hi, iterations: int = 10):
         done = jnp.all(jnp.abs(x_new - x) <= tiny * (1.0 + jnp.abs(x)))
         return i + 1, x_new, done
 
-    def projected_newton(start):
-        _, x, _ = jax.lax.while_loop(lambda c: (c[0] < iterations) & ~c[2], body, (jnp.asarray(0), start, jnp.asarray(False)))
-        free, _ = free_set(x)
-        return x, free, factor(free)
-
     # the unconstrained minimizer first: inside the box (the usual case, no bound active) it is the
     # answer, and the free set and factor are the whole H's; otherwise projected Newton starts from
-    # its projection onto the box
+    # its projection onto the box. Under jax.vmap the lax.cond becomes a select that evaluates both
+    # branches for every knot of every problem of the batch: projected Newton's loop therefore starts
+    # as done where the minimizer is inside, and runs only as long as a problem of the batch needs it
+    # (UR5 reaches, 16 in one vmap: 10 % of each iteration's time)
     L = linalg.cholesky_factor(H)
     x = -linalg.cholesky_solve_factored(L, g)
     inside = jnp.all((x >= lo) & (x <= hi)) & jnp.all(jnp.isfinite(x))
-    start = jnp.clip(jnp.where(jnp.isfinite(x), x, 0.0), lo, hi)
-    return jax.lax.cond(inside, lambda: (x, jnp.ones(m, bool), L), lambda: projected_newton(start))
+
+    def projected_newton():
+        start = jnp.where(inside, x, jnp.clip(jnp.where(jnp.isfinite(x), x, 0.0), lo, hi))
+        _, x_box, _ = jax.lax.while_loop(lambda c: (c[0] < iterations) & ~c[2], body, (jnp.asarray(0), start, inside))
+        free = free_set(x_box)[0] | inside
+        return x_box, free, factor(free)
+
+    return jax.lax.cond(inside, lambda: (x, jnp.ones(m, bool), L), projected_newton)
 
 
 # --------------------------------------------------------------------------- solver
