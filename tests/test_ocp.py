@@ -337,6 +337,45 @@ def test_solve_many_solves_each_problem_as_ddp_does_and_lets_finished_ones_leave
         jax.jit(lambda g: trajopt.solve_many(problem, {"goal": g}).cost)(goals)
 
 
+def test_solve_many_carries_each_constrained_problems_penalty_from_round_to_round(reach_solutions):
+    """A keep-out sphere on the free path, solved for three goals by solve_many in rounds of 4
+    iterations: each problem resumes with the augmented-Lagrangian penalty and violation it reached
+    (OCPResult.penalty, max_violation), so its penalty rises across rounds as within one ddp solve;
+    every problem meets the constraint and reaches the optimum of a single ddp solve. ddp takes
+    the penalty as a traced value: one compile for any penalty."""
+    from test_recompiles import count_compiles
+
+    arm, _, goal, free, _, _ = reach_solutions
+    tool = jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 3])(free.q)
+    center, radius = tool[T // 2], 0.12
+    blocked = trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": goal},
+                          constraints=terms.keep_out_sphere(center, radius))
+    goals = goal + jnp.array([[0.0, 0.0, 0.0], [-0.03, 0.03, 0.0], [0.03, -0.03, 0.0]])
+    many = trajopt.solve_many(blocked, {"goal": goals}, slots=2, round_iterations=4, max_iterations=200, mu=10.0)
+    one = jaxarm.jit(lambda g: trajopt.ddp(blocked.replace(params={"goal": g})))
+    for i in range(3):
+        r = one(goals[i])
+        assert bool(r.converged) and bool(many.converged[i]), (r.reason(), int(many.status[i]))
+        assert float(many.max_violation[i]) <= 1e-5
+        assert float(many.penalty[i]) > 10.0  # raised on the way (a restart at mu every round never raises it)
+        assert_close(float(many.cost[i]), float(r.cost), rtol=1e-4)
+    # resuming one solve by hand, the penalty an argument: a second penalty compiles nothing new
+    resume = jaxarm.jit(lambda u, x, lam, mu, viol: trajopt.ddp(blocked, u, x, multipliers=lam, mu=mu, last_violation=viol,
+                                                               max_iterations=4))
+    first = trajopt.ddp(blocked, max_iterations=4)
+    step = resume(first.u, first.x, first.multipliers, first.penalty, first.max_violation)
+    with count_compiles() as compiles:
+        again = resume(step.u, step.x, step.multipliers, step.penalty, step.max_violation)
+    assert compiles == []
+    assert float(again.penalty) >= float(step.penalty) >= float(first.penalty) >= 10.0
+    with pytest.raises(ValueError, match="mu"):
+        trajopt.ddp(blocked, mu=0.0)
+    with pytest.raises(ValueError, match="last_violation"):
+        trajopt.ddp(blocked, last_violation=-1.0)
+    with pytest.raises(ValueError, match="mu"):
+        trajopt.solve_many(blocked, {"goal": goals}, mu=-1.0)
+
+
 def test_iteration_limit_is_reported_with_advice(solve):
     arm = two_link()
     problem, _ = reach_ocp(arm)

@@ -94,7 +94,10 @@ class OCPResult(NamedTuple):
     violation (g > 0 or |h|) over the knots where each constraint applies; max_gap: () largest
     dynamics defect |F(x_k, u_k) - x_{k+1}| (0 once feasible); iterations: () DDP iterations (all
     augmented-Lagrangian rounds); converged: () bool; status: () int, why it stopped (see
-    :meth:`reason`); multipliers: (T+1, m) the constraints' Lagrange multipliers; history: DDPLog.
+    :meth:`reason`); multipliers: (T+1, m) the constraints' Lagrange multipliers; history: DDPLog;
+    penalty: () the augmented-Lagrangian penalty mu where the solve stopped (to resume a solve
+    where it stopped: ``ddp(..., multipliers=r.multipliers, mu=r.penalty,
+    last_violation=r.max_violation)``, as :func:`jaxarm.trajopt.solve_many` does).
     """
 
     x: jnp.ndarray
@@ -107,6 +110,7 @@ class OCPResult(NamedTuple):
     status: jnp.ndarray
     multipliers: jnp.ndarray
     history: DDPLog
+    penalty: jnp.ndarray
 
     @property
     def q(self):
@@ -212,6 +216,7 @@ def ddp(
     mu_max: float = 1e8,
     multipliers=None,
     second_order: bool = False,
+    last_violation=None,
 ) -> OCPResult:
     """Solve an :class:`jaxarm.trajopt.OCP` by box-constrained feasibility-driven DDP (see the
     module docstring) with an augmented Lagrangian for its constraints.
@@ -229,6 +234,12 @@ def ddp(
     regularization: the Levenberg-Marquardt regularization of Q_uu to start (each
     augmented-Lagrangian round) from: a number, or a scalar array (traced, e.g. the last entry of a
     previous result's ``history.regularization``, to resume a solve where it stopped).
+    mu: the augmented-Lagrangian penalty to start from: a number, or a scalar array (traced, e.g. a
+    previous result's ``penalty``). After each round of DDP iterations the multipliers are updated
+    and the penalty multiplied by ``mu_growth`` (at most ``mu_max``) unless the violation fell
+    fourfold since the round before (Conn, Gould & Toint 1991); ``last_violation`` (a number or
+    scalar array, e.g. a previous result's ``max_violation``) is the violation the first round
+    compares with, none (no rise after the first round) by default.
     second_order: DDP proper (Mayne 1966; Tassa, Mansard & Todorov 2014, eq. 5): the backward pass
     adds the dynamics' second-order terms V'_x . F_zz to Q_xx, Q_ux and Q_uu (and to the model the
     line search compares with), where iLQR (the default) keeps the Gauss-Newton model. The terms
@@ -261,7 +272,7 @@ def ddp(
     for name, v in (("max_iterations", max_iterations), ("al_iterations", al_iterations), ("line_search_steps", line_search_steps)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{func}: {name}: expected a whole number >= 1, got {v!r}")
-    for name, v in (("tol", tol), ("tol_violation", tol_violation), ("tol_gap", tol_gap), ("reg_min", reg_min), ("reg_max", reg_max), ("mu", mu), ("mu_max", mu_max)):
+    for name, v in (("tol", tol), ("tol_violation", tol_violation), ("tol_gap", tol_gap), ("reg_min", reg_min), ("reg_max", reg_max), ("mu_max", mu_max)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{func}: {name}: expected a finite number >= 0, got {v!r}")
     if not isinstance(second_order, (bool, np.bool_)):
@@ -298,14 +309,22 @@ def ddp(
         raise ValueError(f"{func}: regularization: expected a number (the starting regularization), got shape {reg0.shape}")
     if not isinstance(regularization, jax.core.Tracer) and not (np.isfinite(np.asarray(regularization)) and np.asarray(regularization) >= 0):
         raise ValueError(f"{func}: regularization: expected a finite number >= 0, got {regularization!r}")
+    mu0 = jnp.asarray(mu, dtype)
+    if mu0.shape != () or (not isinstance(mu, jax.core.Tracer) and not (np.isfinite(np.asarray(mu)) and np.asarray(mu) > 0)):
+        raise ValueError(f"{func}: mu: expected a finite number > 0 (the penalty to start from), got {mu!r}")
+    viol0 = jnp.asarray(jnp.inf if last_violation is None else last_violation, dtype)
+    if viol0.shape != () or (not isinstance(last_violation, (jax.core.Tracer, type(None)))
+                             and not np.asarray(last_violation) >= 0):
+        raise ValueError(f"{func}: last_violation: expected a number >= 0 (a previous result's max_violation) or None, "
+                         f"got {last_violation!r}")
     options = _Options(max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor,
-                       line_search_steps, armijo, al_iterations, mu, mu_growth, mu_max, bool(second_order))
+                       line_search_steps, armijo, al_iterations, mu_growth, mu_max, bool(second_order))
     # only the problem's traced leaves (a jit's or vmap's arguments, differentiated values) go in
     # as arguments; the known ones (an arm closed over by the user's jit, say) stay constants of
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
     split = checks.TracedLeaves(problem)
-    xs, us, lam, it, done, stop, log, gap = _solve(split.traced, us0, xs0, (lam0, reg0), options, split)
+    xs, us, lam, it, done, stop, log, gap, mu_final = _solve(split.traced, us0, xs0, (lam0, reg0, mu0, viol0), options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
@@ -319,9 +338,13 @@ def ddp(
     status = jnp.where(converged, CONVERGED,
                        jnp.where(~finite, NOT_FINITE,
                                  jnp.where(stop, NO_PROGRESS,
-                                           jnp.where(done & (viol > tol_violation), INFEASIBLE, ITERATION_LIMIT))))
+                                           # infeasible: the augmented-Lagrangian rounds ran out before the
+                                           # iterations did (a round that converged at the iteration limit
+                                           # with the constraints still violated stopped at that limit)
+                                           jnp.where(done & (viol > tol_violation) & (it < max_iterations), INFEASIBLE,
+                                                     ITERATION_LIMIT))))
     result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
-                       status=status, multipliers=lam, history=log)
+                       status=status, multipliers=lam, history=log, penalty=mu_final)
     # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
     # start (mpc_step) must not compile the solver a second time
     return jax.tree_util.tree_map(_strong, result)
@@ -340,7 +363,6 @@ class _Options(NamedTuple):
     line_search_steps: int
     armijo: float
     al_iterations: int
-    mu: float
     mu_growth: float
     mu_max: float
     second_order: bool = False
@@ -349,9 +371,9 @@ class _Options(NamedTuple):
 def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     """The DDP iterations inside the augmented-Lagrangian rounds: (x, u, multipliers, iterations,
     done, stop, log, final gap)."""
-    lam0, regularization = start  # the multipliers and the regularization to start from
+    lam0, regularization, mu0, viol0 = start  # the multipliers, regularization, penalty and violation to start from
     (max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor, line_search_steps,
-     armijo, al_iterations, mu, mu_growth, mu_max, second_order) = options
+     armijo, al_iterations, mu_growth, mu_max, second_order) = options
     n, T = problem.n, problem.T
     dtype = jnp.result_type(problem.x0)
     arm = solver_arm(problem)
@@ -559,10 +581,10 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         return xs, us, lam, mu, rounds + 1, it, done, stop, viol, log, gap
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
-    init = (xs0, us0, lam0, jnp.asarray(mu, dtype), jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
-            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
+    init = (xs0, us0, lam0, mu0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
+            jnp.asarray(False), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
     xs, us, lam, mu_final, rounds, it, done, stop, viol, log, gap = jax.lax.while_loop(outer_cond, outer_body, init)
-    return xs, us, lam, it, done, stop, log, gap
+    return xs, us, lam, it, done, stop, log, gap, mu_final
 
 
 @jax.tree_util.register_static

@@ -7,8 +7,10 @@ member pays for the iterations of the hardest one (64 UR5 reaches of which 4 are
 iterations at a time. After each round, the problems that stopped (converged, no progress,
 infeasible, non-finite, or out of iterations) leave the pool and waiting ones take their slots;
 the others go on from where they are: their inputs, states and constraint multipliers are the
-next round's warm start, with the regularization of their last iteration (the penalty restarts at
-``mu``, with the multipliers reached). The same scheme serves large language models'
+next round's warm start, with the regularization of their last iteration and the
+augmented-Lagrangian penalty and constraint violation they reached (so the penalty rises from
+round to round where the violation does not fall fourfold, as within one :func:`ddp` solve; each
+round ends with a multiplier update). The same scheme serves large language models'
 requests ("continuous batching", Yu et al. 2022, Orca, OSDI). One program is compiled, whatever
 the number of problems; the host gathers and scatters the slots between rounds.
 """
@@ -40,9 +42,9 @@ def _compiled(problem, tree, round_iterations, options):
         entry = _CACHE[id(problem)] = (problem, {})
     key = (tree, round_iterations, tuple(sorted(options.items())))
     if key not in entry[1]:
-        solver = _jit(jax.vmap(lambda p, x0, u, x, lam, reg: ddp(problem.replace(params=jax.tree_util.tree_unflatten(tree, p), x0=x0),
-                                                                   u, x, multipliers=lam, regularization=reg,
-                                                                   max_iterations=round_iterations, **options)))
+        solver = _jit(jax.vmap(lambda p, x0, u, x, lam, reg, mu, viol: ddp(
+            problem.replace(params=jax.tree_util.tree_unflatten(tree, p), x0=x0), u, x, multipliers=lam, regularization=reg,
+            mu=mu, last_violation=viol, max_iterations=round_iterations, **options)))
         hold = jax.jit(jax.vmap(lambda x0: _hold(problem.replace(x0=x0), solver_arm(problem), jnp.result_type(problem.x0))))
         entry[1][key] = (solver, hold)
     return entry[1][key]
@@ -113,6 +115,9 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
         if name in options:
             raise ValueError(f"{func}: {name}: not taken (every problem starts from ddp's default start)")
     reg_start = options.pop("regularization", 0.0)
+    mu_start = options.pop("mu", 10.0)
+    if not (np.ndim(mu_start) == 0 and np.isfinite(mu_start) and mu_start > 0):
+        raise ValueError(f"{func}: mu: expected a finite number > 0 (the penalty to start from), got {mu_start!r}")
     if x0 is None:
         x0 = np.broadcast_to(np.asarray(problem.x0), (N, 2 * n))
     x0 = np.asarray(x0, dtype)
@@ -126,6 +131,8 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
     x = np.broadcast_to(x0[:, None, :], (N, T + 1, 2 * n)).copy()
     lam = np.zeros((N, T + 1, m), dtype)
     reg = np.full(N, reg_start, dtype)  # each problem's regularization, carried from round to round
+    mu = np.full(N, mu_start, dtype)  # its penalty and its constraint violation at the last round's end
+    viol = np.full(N, np.inf, dtype)
     used = np.zeros(N, int)  # iterations so far
     history = {f: np.full((N, max_iterations), np.nan, dtype) for f in DDPLog._fields}
     final = [None] * N  # per problem: the round's result arrays (numpy) where it stopped
@@ -135,7 +142,7 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
     t0 = time.perf_counter()
     while any(i is not None for i in pool):
         idx = np.array([i if i is not None else next(j for j in pool if j is not None) for i in pool])
-        out = solver([a[idx] for a in leaves], x0[idx], u[idx], x[idx], lam[idx], reg[idx])
+        out = solver([a[idx] for a in leaves], x0[idx], u[idx], x[idx], lam[idx], reg[idx], mu[idx], viol[idx])
         out = jax.tree_util.tree_map(np.asarray, out)
         rounds += 1
         for s, i in enumerate(pool):
@@ -146,7 +153,7 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
             for f in DDPLog._fields:  # (max_iterations is a whole number of rounds: the history has room)
                 history[f][i, used[i]: used[i] + it] = getattr(out.history, f)[s, :it]
             used[i] += it
-            u[i], x[i], lam[i] = out.u[s], out.x[s], out.multipliers[s]
+            u[i], x[i], lam[i], mu[i], viol[i] = out.u[s], out.x[s], out.multipliers[s], out.penalty[s], out.max_violation[s]
             if it > 0:  # the regularization of its last iteration: where the next round starts
                 reg[i] = out.history.regularization[s, it - 1]
             stopped = int(out.status[s]) != ITERATION_LIMIT or used[i] >= max_iterations
