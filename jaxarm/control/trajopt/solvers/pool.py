@@ -61,9 +61,10 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
     x0: (N, 2n) start states (q, qd), one per problem, or None for the problem's own.
 
     slots: the pool's size; by default 4 on a CPU and 1024 on other platforms. On the 2-core CPU,
-    64 UR5 reaches took 2.6 s with 4 slots, 2.8 s with 2, 3.2 s with 8 and 4.6 s with 16 (rounds
-    of 10 iterations): one solve is already vectorized over its knots, and a wider batch only
-    adds work per round. The GPU default is the batch size at which a vmapped UR5 solve on an
+    64 UR5 reaches took 1.7 s with 4 slots, 2.0 s with 2, 1.9 s with 8 and 2.7 s with 16 (rounds
+    of 10 iterations; Crocoddyl's FDDP, one solve after another: 2.5 s): beyond a few slots, the
+    problems that finish early in a round and the longest line search of the batch cost more
+    than the wider batch saves. The GPU default is the batch size at which a vmapped UR5 solve on an
     H100 reached 75 solves/s; the pool itself has not been timed on a GPU. The choice is part of
     what ``report`` receives.
 
