@@ -370,7 +370,7 @@ class _Options(NamedTuple):
 
 def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     """The DDP iterations inside the augmented-Lagrangian rounds: (x, u, multipliers, iterations,
-    done, stop, log, final gap)."""
+    done, stop, log, final gap, final penalty)."""
     lam0, regularization, mu0, viol0 = start  # the multipliers, regularization, penalty and violation to start from
     (max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor, line_search_steps,
      armijo, al_iterations, mu_growth, mu_max, second_order) = options
