@@ -304,19 +304,11 @@ def ddp(
     lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
-    reg0 = jnp.asarray(regularization, dtype)
-    if reg0.shape != ():
-        raise ValueError(f"{func}: regularization: expected a number (the starting regularization), got shape {reg0.shape}")
-    if not isinstance(regularization, jax.core.Tracer) and not (np.isfinite(np.asarray(regularization)) and np.asarray(regularization) >= 0):
-        raise ValueError(f"{func}: regularization: expected a finite number >= 0, got {regularization!r}")
-    mu0 = jnp.asarray(mu, dtype)
-    if mu0.shape != () or (not isinstance(mu, jax.core.Tracer) and not (np.isfinite(np.asarray(mu)) and np.asarray(mu) > 0)):
-        raise ValueError(f"{func}: mu: expected a finite number > 0 (the penalty to start from), got {mu!r}")
-    viol0 = jnp.asarray(jnp.inf if last_violation is None else last_violation, dtype)
-    if viol0.shape != () or (not isinstance(last_violation, (jax.core.Tracer, type(None)))
-                             and not np.asarray(last_violation) >= 0):
-        raise ValueError(f"{func}: last_violation: expected a number >= 0 (a previous result's max_violation) or None, "
-                         f"got {last_violation!r}")
+    reg0 = _start_scalar(regularization, "regularization", dtype, func, lambda v: np.isfinite(v) and v >= 0,
+                         "a finite number >= 0 (the starting regularization)")
+    mu0 = _start_scalar(mu, "mu", dtype, func, lambda v: np.isfinite(v) and v > 0, "a finite number > 0 (the penalty to start from)")
+    viol0 = _start_scalar(jnp.inf if last_violation is None else last_violation, "last_violation", dtype, func,
+                          lambda v: v >= 0, "a number >= 0 (a previous result's max_violation) or None")
     options = _Options(max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor,
                        line_search_steps, armijo, al_iterations, mu_growth, mu_max, bool(second_order))
     # only the problem's traced leaves (a jit's or vmap's arguments, differentiated values) go in
@@ -348,6 +340,15 @@ def ddp(
     # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
     # start (mpc_step) must not compile the solver a second time
     return jax.tree_util.tree_map(_strong, result)
+
+
+def _start_scalar(value, name, dtype, func, ok, expected):
+    """A scalar a solve starts from (regularization, penalty, last violation): a number, or a
+    scalar array that may be traced (to resume a solve); a known one must satisfy ``ok``."""
+    a = jnp.asarray(value, dtype)
+    if a.shape != () or (not isinstance(value, jax.core.Tracer) and not bool(ok(np.asarray(value)))):
+        raise ValueError(f"{func}: {name}: expected {expected}, got {value!r}")
+    return a
 
 
 class _Options(NamedTuple):

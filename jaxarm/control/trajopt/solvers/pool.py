@@ -26,7 +26,7 @@ import numpy as np
 from ....core.xla import jit as _jit
 from ....model import checks
 from ..ocp import OCP, solver_arm
-from .ddp import ITERATION_LIMIT, DDPLog, OCPResult, _constraint_layout, _hold, ddp
+from .ddp import ITERATION_LIMIT, DDPLog, OCPResult, _constraint_layout, _hold, _start_scalar, ddp
 
 
 _CACHE: dict = {}  # id(problem) -> (problem, {(params tree, round_iterations, options): (solver, hold)})
@@ -117,8 +117,7 @@ def solve_many(problem: OCP, params, *, x0=None, slots: int | None = None, round
             raise ValueError(f"{func}: {name}: not taken (every problem starts from ddp's default start)")
     reg_start = options.pop("regularization", 0.0)
     mu_start = options.pop("mu", 10.0)
-    if not (np.ndim(mu_start) == 0 and np.isfinite(mu_start) and mu_start > 0):
-        raise ValueError(f"{func}: mu: expected a finite number > 0 (the penalty to start from), got {mu_start!r}")
+    _start_scalar(mu_start, "mu", dtype, func, lambda v: np.isfinite(v) and v > 0, "a finite number > 0 (the penalty to start from)")
     if x0 is None:
         x0 = np.broadcast_to(np.asarray(problem.x0), (N, 2 * n))
     x0 = np.asarray(x0, dtype)
