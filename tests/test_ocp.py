@@ -23,6 +23,7 @@ import jaxarm
 from jaxarm import trajopt
 from jaxarm.simulate import integrators
 from jaxarm.trajopt import terms
+from jaxarm.control.trajopt.solvers.ddp import INFEASIBLE, ITERATION_LIMIT
 
 from numpy.testing import assert_allclose as assert_close
 
@@ -374,6 +375,102 @@ def test_solve_many_carries_each_constrained_problems_penalty_from_round_to_roun
         trajopt.ddp(blocked, last_violation=-1.0)
     with pytest.raises(ValueError, match="mu"):
         trajopt.solve_many(blocked, {"goal": goals}, mu=-1.0)
+
+
+def test_a_solve_resumed_in_short_rounds_follows_one_ddp_solve_exactly(reach_solutions):
+    """A keep-out sphere solved by one ddp call (22 iterations, 7 augmented-Lagrangian rounds)
+    and by a chain of calls of 4 iterations each, every call resuming where the last stopped
+    (inputs, states, multipliers, penalty, the violation at the last multiplier update, the updates
+    made, the last regularization): a round cut by max_iterations is resumed inside it (no
+    multiplier update), so the chain takes the same iterates -- the same cost history, iterations,
+    updates and penalty. solve_many, whose pool resumes its problems the same way, takes as many
+    iterations per problem as one ddp solve, and al_iterations bounds the updates over its rounds."""
+    arm, _, goal, free, _, _ = reach_solutions
+    tool = jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 3])(free.q)
+    blocked = trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": goal},
+                          constraints=terms.keep_out_sphere(tool[T // 2], 0.12))
+    one = jaxarm.jit(trajopt.ddp)(blocked)
+    assert bool(one.converged) and int(one.al_rounds) >= 3, one.reason()
+    resume = jaxarm.jit(lambda u, x, lam, mu, viol, rounds, reg: trajopt.ddp(
+        blocked, u, x, multipliers=lam, mu=mu, last_violation=viol, al_rounds=rounds, regularization=reg, max_iterations=4))
+    r = trajopt.ddp(blocked, max_iterations=4)
+    # the first round needs more than 4 iterations: no update yet, the multipliers untouched
+    assert int(r.al_rounds) == 0 and float(r.penalty) == 10.0 and not np.any(np.asarray(r.multipliers))
+    assert float(r.update_violation) == np.inf
+    costs, calls = list(np.asarray(r.history.cost[:4])), 1
+    while int(r.status) == ITERATION_LIMIT and calls < 50:
+        r = resume(r.u, r.x, r.multipliers, r.penalty, r.update_violation, r.al_rounds,
+                   r.history.regularization[int(r.iterations) - 1])
+        costs += list(np.asarray(r.history.cost[: int(r.iterations)]))
+        calls += 1
+    assert bool(r.converged), r.reason()
+    assert len(costs) == int(one.iterations)
+    assert_close(np.asarray(costs), np.asarray(one.history.cost[: int(one.iterations)]), rtol=1e-10)
+    assert int(r.al_rounds) == int(one.al_rounds) and float(r.penalty) == float(one.penalty)
+    assert_close(np.asarray(r.u), np.asarray(one.u), atol=1e-9)
+    goals = goal + jnp.array([[0.0, 0.0, 0.0], [-0.03, 0.03, 0.0]])
+    many = trajopt.solve_many(blocked, {"goal": goals}, slots=1, round_iterations=4)
+    single = jaxarm.jit(lambda g: trajopt.ddp(blocked.replace(params={"goal": g})))
+    for i in range(2):
+        s = single(goals[i])
+        assert bool(many.converged[i]) and int(many.iterations[i]) == int(s.iterations)
+        assert int(many.al_rounds[i]) == int(s.al_rounds)
+        assert_close(float(many.cost[i]), float(s.cost), rtol=1e-10)
+    # al_iterations counts the updates over all rounds: two updates allowed, the constraint not met
+    # by then, both stop as constraints not satisfied after as many iterations
+    capped = trajopt.solve_many(blocked, {"goal": goals[:1]}, slots=1, round_iterations=4, al_iterations=2, mu=1e-3,
+                                mu_growth=1.0)
+    s = trajopt.ddp(blocked, al_iterations=2, mu=1e-3, mu_growth=1.0)
+    assert int(s.status) == int(capped.status[0]) == INFEASIBLE, s.reason()
+    assert int(capped.al_rounds[0]) == int(s.al_rounds) == 2
+    assert int(capped.iterations[0]) == int(s.iterations)
+    with pytest.raises(ValueError, match="al_rounds"):
+        trajopt.ddp(blocked, al_rounds=1.5)
+    with pytest.raises(ValueError, match="al_rounds"):
+        trajopt.solve_many(blocked, {"goal": goals}, al_rounds=1)
+
+
+def test_solve_many_batches_arms_durations_bounds_and_warm_starts(reach_solutions):
+    """Problems differing in their arm (payloads: link masses scaled, jaxarm.stack_arms), their
+    step and their input bounds, solved by solve_many and by one ddp solve each with the same
+    fields: the same optima. The arms' shared leaves (kinematics, inertias of the links not
+    scaled) stay constants of the program, and report says which leaves vary. Warm-started from
+    the solutions (u_init, x_init), every problem converges at once. Bad batches are rejected."""
+    arm, problem, goal, _, _, _ = reach_solutions
+    masses = np.asarray(arm.links.mass)
+    arms = [arm.replace(links=arm.links.replace(mass=masses * np.array([1.0, f]))) for f in (1.0, 1.4, 0.7)]
+    stacked = jaxarm.stack_arms(arms)
+    dts = np.array([DT, 0.06, 0.045])
+    upper = np.array([TORQUE_LIMITS, TORQUE_LIMITS * 1.5, TORQUE_LIMITS])
+    stats = []
+    many = trajopt.solve_many(problem, arm=stacked, dt=dts, lower=-upper, upper=upper, slots=2, round_iterations=8,
+                              report=stats.append)
+    assert stats[0]["batched"] == ["arm", "dt", "lower", "upper"]
+    assert any("mass" in leaf for leaf in stats[0]["arm_leaves_varying"])
+    assert len(stats[0]["arm_leaves_varying"]) < len(jax.tree_util.tree_leaves(arm)) // 2
+    one = jaxarm.jit(lambda a, dt, hi: trajopt.ddp(problem.replace(arm=a, dt=dt, lower=-hi, upper=hi)))
+    for i in range(3):
+        r = one(arms[i], dts[i], upper[i])
+        assert bool(r.converged) and bool(many.converged[i]), (i, r.reason(), int(many.status[i]))
+        assert_close(float(many.cost[i]), float(r.cost), rtol=1e-6)
+        assert np.all(np.abs(np.asarray(many.u[i])) <= upper[i] + 1e-12)
+    assert not np.isclose(float(many.cost[0]), float(many.cost[1]), rtol=1e-3)  # the fields did change the problems
+    warm = trajopt.solve_many(problem, arm=stacked, dt=dts, lower=-upper, upper=upper, u_init=many.u, x_init=many.x,
+                              slots=2, round_iterations=8)
+    assert np.all(np.asarray(warm.converged)) and np.all(np.asarray(warm.iterations) <= 2)
+    assert_close(np.asarray(warm.cost), np.asarray(many.cost), rtol=1e-8)
+    with pytest.raises(ValueError, match="nothing to batch"):
+        trajopt.solve_many(problem)
+    with pytest.raises(ValueError, match="dt"):
+        trajopt.solve_many(problem, dt=np.array([DT, -DT]))
+    with pytest.raises(ValueError, match="lower, upper"):
+        trajopt.solve_many(problem, lower=upper, upper=-upper)
+    with pytest.raises(ValueError, match="arm"):
+        trajopt.solve_many(problem, {"goal": np.stack([goal] * 2)}, arm=stacked)  # N = 2 against 3 arms
+    with pytest.raises(ValueError, match="u_init"):
+        trajopt.solve_many(problem, dt=dts, u_init=np.zeros((3, T + 1, 2)))
+    with pytest.raises(ValueError, match="x_init"):
+        trajopt.solve_many(problem, dt=dts, x_init=np.full((3, T + 1, 4), np.nan))
 
 
 def test_iteration_limit_is_reported_with_advice(solve):

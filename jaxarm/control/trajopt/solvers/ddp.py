@@ -95,9 +95,12 @@ class OCPResult(NamedTuple):
     dynamics defect |F(x_k, u_k) - x_{k+1}| (0 once feasible); iterations: () DDP iterations (all
     augmented-Lagrangian rounds); converged: () bool; status: () int, why it stopped (see
     :meth:`reason`); multipliers: (T+1, m) the constraints' Lagrange multipliers; history: DDPLog;
-    penalty: () the augmented-Lagrangian penalty mu where the solve stopped (to resume a solve
-    where it stopped: ``ddp(..., multipliers=r.multipliers, mu=r.penalty,
-    last_violation=r.max_violation)``, as :func:`jaxarm.trajopt.solve_many` does).
+    penalty: () the augmented-Lagrangian penalty mu where the solve stopped; al_rounds: () the
+    multiplier updates made (augmented-Lagrangian rounds completed, those of the solve it resumed
+    included); update_violation: () the constraint violation at the last update (what the next
+    round's penalty rule compares with). To resume a solve where it stopped, as
+    :func:`jaxarm.trajopt.solve_many` does: ``ddp(problem, r.u, r.x, multipliers=r.multipliers,
+    mu=r.penalty, last_violation=r.update_violation, al_rounds=r.al_rounds)``.
     """
 
     x: jnp.ndarray
@@ -111,6 +114,8 @@ class OCPResult(NamedTuple):
     multipliers: jnp.ndarray
     history: DDPLog
     penalty: jnp.ndarray
+    al_rounds: jnp.ndarray
+    update_violation: jnp.ndarray
 
     @property
     def q(self):
@@ -217,6 +222,7 @@ def ddp(
     multipliers=None,
     second_order: bool = False,
     last_violation=None,
+    al_rounds=0,
 ) -> OCPResult:
     """Solve an :class:`jaxarm.trajopt.OCP` by box-constrained feasibility-driven DDP (see the
     module docstring) with an augmented Lagrangian for its constraints.
@@ -235,11 +241,14 @@ def ddp(
     augmented-Lagrangian round) from: a number, or a scalar array (traced, e.g. the last entry of a
     previous result's ``history.regularization``, to resume a solve where it stopped).
     mu: the augmented-Lagrangian penalty to start from: a number, or a scalar array (traced, e.g. a
-    previous result's ``penalty``). After each round of DDP iterations the multipliers are updated
-    and the penalty multiplied by ``mu_growth`` (at most ``mu_max``) unless the violation fell
-    fourfold since the round before (Conn, Gould & Toint 1991); ``last_violation`` (a number or
-    scalar array, e.g. a previous result's ``max_violation``) is the violation the first round
-    compares with, none (no rise after the first round) by default.
+    previous result's ``penalty``). After each round of DDP iterations that converged, the
+    multipliers are updated and the penalty multiplied by ``mu_growth`` (at most ``mu_max``) unless
+    the violation fell fourfold since the last update (Conn, Gould & Toint 1991); a round stopped by
+    ``max_iterations`` leaves both as they were, so that a resumed solve goes on inside that round.
+    ``last_violation`` (a number or scalar array, e.g. a previous result's ``update_violation``) is
+    the violation the first update compares with, none (no rise at the first update) by default;
+    ``al_rounds`` (a whole number or integer scalar array, e.g. a previous result's ``al_rounds``)
+    the updates already made: ``al_iterations`` bounds the total.
     second_order: DDP proper (Mayne 1966; Tassa, Mansard & Todorov 2014, eq. 5): the backward pass
     adds the dynamics' second-order terms V'_x . F_zz to Q_xx, Q_ux and Q_uu (and to the model the
     line search compares with), where iLQR (the default) keeps the Gauss-Newton model. The terms
@@ -308,7 +317,9 @@ def ddp(
                          "a finite number >= 0 (the starting regularization)")
     mu0 = _start_scalar(mu, "mu", dtype, func, lambda v: np.isfinite(v) and v > 0, "a finite number > 0 (the penalty to start from)")
     viol0 = _start_scalar(jnp.inf if last_violation is None else last_violation, "last_violation", dtype, func,
-                          lambda v: v >= 0, "a number >= 0 (a previous result's max_violation) or None")
+                          lambda v: v >= 0, "a number >= 0 (a previous result's update_violation) or None")
+    rounds0 = _start_scalar(al_rounds, "al_rounds", jnp.int32, func, lambda v: float(v).is_integer() and v >= 0,
+                            "a whole number >= 0 (a previous result's al_rounds)")
     options = _Options(max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor,
                        line_search_steps, armijo, al_iterations, mu_growth, mu_max, bool(second_order))
     # only the problem's traced leaves (a jit's or vmap's arguments, differentiated values) go in
@@ -316,7 +327,8 @@ def ddp(
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
     split = checks.TracedLeaves(problem)
-    xs, us, lam, it, done, stop, log, gap, mu_final = _solve(split.traced, us0, xs0, (lam0, reg0, mu0, viol0), options, split)
+    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update = _solve(
+        split.traced, us0, xs0, (lam0, reg0, mu0, viol0, rounds0), options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
@@ -336,7 +348,8 @@ def ddp(
                                            jnp.where(done & (viol > tol_violation) & (it < max_iterations), INFEASIBLE,
                                                      ITERATION_LIMIT))))
     result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
-                       status=status, multipliers=lam, history=log, penalty=mu_final)
+                       status=status, multipliers=lam, history=log, penalty=mu_final, al_rounds=rounds,
+                       update_violation=viol_update)
     # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
     # start (mpc_step) must not compile the solver a second time
     return jax.tree_util.tree_map(_strong, result)
@@ -371,8 +384,9 @@ class _Options(NamedTuple):
 
 def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     """The DDP iterations inside the augmented-Lagrangian rounds: (x, u, multipliers, iterations,
-    done, stop, log, final gap, final penalty)."""
-    lam0, regularization, mu0, viol0 = start  # the multipliers, regularization, penalty and violation to start from
+    done, stop, log, final gap, final penalty, multiplier updates, violation at the last update)."""
+    # the multipliers, regularization, penalty, violation at the last update and updates made to start from
+    lam0, regularization, mu0, viol0, rounds0 = start
     (max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor, line_search_steps,
      armijo, al_iterations, mu_growth, mu_max, second_order) = options
     n, T = problem.n, problem.T
@@ -566,26 +580,31 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         xs, us, J, reg, fails, it, done, stop, log, gap = jax.lax.while_loop(cond, body, init)
         return xs, us, it, done, stop, log, gap
 
+    # (a round stopped by the iteration limit or without progress ends the loop: another round
+    # follows only one whose DDP iterations converged, after its multiplier update)
     def outer_cond(c):
-        xs, us, lam, mu, rounds, it, done, stop, viol, log, gap = c
-        return (rounds == 0) | ((rounds < al_iterations) & (viol > tol_violation) & (it < max_iterations) & ~stop)
+        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap = c
+        return (trips == 0) | ((rounds < al_iterations) & (viol > tol_violation) & (it < max_iterations) & ~stop)
 
     def outer_body(c):
-        xs, us, lam, mu, rounds, it, done, stop, viol_prev, log, gap = c
+        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap = c
         xs, us, it, done, stop, log, gap = inner(xs, us, lam, mu, it, log, gap)
         cv, active = constraint_values(xs, us)
         viol = jnp.max(_violation(cv, active, eq), initial=0.0)
+        # the multiplier update (Nocedal & Wright 2006, eqs 17.39 and 17.65) after a converged round
+        # only: a round cut short by max_iterations is resumed as it was
         shifted = lam + mu * cv
-        lam = jnp.where(active, jnp.where(eq, shifted, jnp.maximum(0.0, shifted)), 0.0)
+        lam = jnp.where(done, jnp.where(active, jnp.where(eq, shifted, jnp.maximum(0.0, shifted)), 0.0), lam)
         # raise the penalty only when the violation did not drop fourfold (Conn, Gould & Toint 1991)
-        mu = jnp.where((viol > tol_violation) & (viol > 0.25 * viol_prev), jnp.minimum(mu * mu_growth, mu_max), mu)
-        return xs, us, lam, mu, rounds + 1, it, done, stop, viol, log, gap
+        mu = jnp.where(done & (viol > tol_violation) & (viol > 0.25 * viol_ref), jnp.minimum(mu * mu_growth, mu_max), mu)
+        return (xs, us, lam, mu, rounds + done.astype(rounds.dtype), trips + 1, it, done, stop, viol,
+                jnp.where(done, viol, viol_ref), log, gap)
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
-    init = (xs0, us0, lam0, mu0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
-            jnp.asarray(False), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
-    xs, us, lam, mu_final, rounds, it, done, stop, viol, log, gap = jax.lax.while_loop(outer_cond, outer_body, init)
-    return xs, us, lam, it, done, stop, log, gap, mu_final
+    init = (xs0, us0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
+            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
+    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap = jax.lax.while_loop(outer_cond, outer_body, init)
+    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref
 
 
 @jax.tree_util.register_static
@@ -628,7 +647,10 @@ def _solve_bwd(options, split, residuals, cotangents):
         perturbed[i] = f
     problem_bar = solution_vjp(split.join(traced), xs, us, lam, x_bar, u_bar, perturbed)
     leaves_bar = jax.tree_util.tree_leaves(problem_bar)
-    return [leaves_bar[i] for i in split.index], jnp.zeros_like(us0), jnp.zeros_like(xs0), jax.tree_util.tree_map(jnp.zeros_like, start)
+    # (the count of multiplier updates is an integer: its cotangent is float0)
+    start_bar = jax.tree_util.tree_map(
+        lambda a: jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, jax.dtypes.float0), start)
+    return [leaves_bar[i] for i in split.index], jnp.zeros_like(us0), jnp.zeros_like(xs0), start_bar
 
 
 _solve = jax.custom_vjp(_solve_split, nondiff_argnums=(4, 5))
