@@ -339,8 +339,8 @@ def test_reverse_mode_gathers_a_vectors_cotangents_by_selects_and_reads_them_by_
 def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
     """The three primitives of the algebra (entries, vector with cotangent_by_split, cotangent_once) give the values and
     derivatives of a split, a stack and the identity under jit, vmap (either axis), jvp, grad,
-    jacfwd, jacrev and hessian; cotangent_once's reverse mode holds one product with the identity
-    (on a CPU, a dot: XLA:CPU does not fuse into one) and its forward mode none."""
+    jacfwd, jacrev and hessian; cotangent_once's reverse mode holds one stored copy (on a CPU, a
+    conditional: XLA:CPU fuses nothing into one) and its forward mode none."""
     from jaxarm.dynamics.algebra import cotangent_once, vector
 
     def ours(v):
@@ -367,5 +367,6 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
     assert_close(w, jnp.asarray([[1.0, 2.0, 1.0], [3.0, 2.0, 9.0]]), 0.0, "vector with an unbatched entry")
     assert _count(jax.make_jaxpr(jax.grad(ours))(v), "jaxarm_materialized") == 1
     assert _count(jax.make_jaxpr(lambda v, t: jax.jvp(ours, (v,), (t,)))(v, t), "jaxarm_materialized") == 0
-    if jax.default_backend() == "cpu":  # lowered as a product with the identity on a CPU only
-        assert " dot(" in jax.jit(jax.vmap(jax.grad(ours))).lower(V).compile().as_text()
+    if jax.default_backend() == "cpu":  # lowered as a conditional on a CPU only
+        assert " conditional(" in jax.jit(jax.vmap(jax.grad(ours))).lower(V).compile().as_text()
+        assert " conditional(" not in jax.jit(jax.vmap(jax.grad(plain))).lower(V).compile().as_text()
