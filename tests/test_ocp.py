@@ -459,6 +459,12 @@ def test_solve_many_batches_arms_durations_bounds_and_warm_starts(reach_solution
                               slots=2, round_iterations=8)
     assert np.all(np.asarray(warm.converged)) and np.all(np.asarray(warm.iterations) <= 2)
     assert_close(np.asarray(warm.cost), np.asarray(many.cost), rtol=1e-8)
+    # a batch of equal arms: nothing of the arm is data, every problem the same one
+    same = trajopt.solve_many(problem, arm=jaxarm.stack_arms([arm, arm]), report=stats.append)
+    assert stats[-1]["arm_leaves_varying"] == [] and np.all(np.asarray(same.converged))
+    assert_close(np.asarray(same.cost), float(one(arm, DT, TORQUE_LIMITS).cost), rtol=1e-6)
+    with pytest.raises(ValueError, match="stack_arms"):
+        trajopt.solve_many(problem, arm=[arm, arm])
     with pytest.raises(ValueError, match="nothing to batch"):
         trajopt.solve_many(problem)
     with pytest.raises(ValueError, match="dt"):

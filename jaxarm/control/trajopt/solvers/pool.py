@@ -74,8 +74,9 @@ def _batched(name, value, reference, N, func, dtype=None, finite=False):
     leaves, tree = jax.tree_util.tree_flatten(value)
     ref_leaves, ref_tree = jax.tree_util.tree_flatten(reference)
     if tree != ref_tree:
-        raise ValueError(f"{func}: {name}: expected the structure of the problem's {name} ({ref_tree}) with a leading "
-                         f"batch axis, got {tree}")
+        hint = ": N arms of the problem's arm's structure, stacked by jaxarm.stack_arms" if name == "arm" else \
+            f" ({ref_tree}) with a leading batch axis, got {tree}"
+        raise ValueError(f"{func}: {name}: expected the structure of the problem's {name}{hint}")
     out = []
     for a, r in zip(leaves, ref_leaves):
         a = np.asarray(a, dtype) if dtype is not None else np.asarray(a)
@@ -210,7 +211,12 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
             raise ValueError(f"{func}: {name}: expected finite values")
         return a
 
-    u = start("u_init", (N, T, n), lambda: np.array(hold(flat, arm_leaves), dtype))
+    def holding():  # the inputs that hold each start pose (one for all when nothing they depend on is batched)
+        if flat or arm_leaves:
+            return np.array(hold(flat, arm_leaves), dtype)
+        return np.array(np.broadcast_to(_hold(problem, solver_arm(problem), dtype), (N, T, n)), dtype)
+
+    u = start("u_init", (N, T, n), holding)
     x = start("x_init", (N, T + 1, 2 * n), lambda: np.broadcast_to(x0s[:, None, :], (N, T + 1, 2 * n)).copy())
     lam = start("multipliers", (N, T + 1, m), lambda: np.zeros((N, T + 1, m), dtype))
     reg = np.full(N, reg_start, dtype)  # each problem's regularization, carried from round to round
