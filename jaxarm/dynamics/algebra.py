@@ -463,9 +463,30 @@ for _p, _into in ((_cotangent_once_p, _materialized_p), (_materialized_p, _cotan
     batching.primitive_batchers[_p] = (lambda p: lambda args, dims: (p.bind(args[0]), dims[0]))(_p)
     ad.primitive_jvps[_p] = _identity_jvp(_p)
     ad.primitive_transposes[_p] = _identity_transpose(_into)
-# on a CPU the materialized cotangent is stored by a conditional (_stored); elsewhere (GPU, TPU)
-# it is x itself: XLA:GPU forms its fusions differently, and a conditional there synchronizes
-mlir.register_lowering(_materialized_p, mlir.lower_fun(_stored, multiple_results=False), platform="cpu")
+def _dot_identity(x):
+    """x as a product with the identity over its last axis, at least as a (1, n) matrix (a
+    vector-matrix dot would be rewritten into a fusible reduce)."""
+    n = x.shape[-1]
+    eye = jnp.eye(n, dtype=x.dtype)
+    return jnp.dot(x.reshape(-1, n), eye, precision=jax.lax.Precision.HIGHEST).reshape(x.shape)
+
+
+_STORED = mlir.lower_fun(_stored, multiple_results=False)
+_DOT_IDENTITY = mlir.lower_fun(_dot_identity, multiple_results=False)
+
+
+def _materialized_cpu(ctx, x):
+    """On a CPU: stored by a conditional (:func:`_stored`) in a program for one device; in a
+    program partitioned over several (``jax.sharding``), whose conditional's predicate would be
+    gathered from the device holding the first entry at every use, by a product with the
+    identity, which each device computes on its own part."""
+    single = getattr(ctx.module_context.axis_context, "num_devices", None) == 1
+    return (_STORED if single else _DOT_IDENTITY)(ctx, x)
+
+
+# on a CPU the materialized cotangent is stored (_materialized_cpu); elsewhere (GPU, TPU) it is x
+# itself: XLA:GPU forms its fusions differently, and a conditional there synchronizes
+mlir.register_lowering(_materialized_p, _materialized_cpu, platform="cpu")
 
 
 def vector(values, dtype=None, *, cotangent_by_split=False):
