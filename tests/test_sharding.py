@@ -79,9 +79,11 @@ assert not np.allclose(traj_pd.u[0], traj_pd.u[1])  # the policy really sees eac
 # product with the identity there, not by a conditional, whose predicate every device would need)
 # equals the unsharded one
 mesh = jax.sharding.Mesh(np.array(jax.devices()), ("batch",))
+two_link = jaxarm.load_arm("two_link_planar")  # (a one-joint arm's product with the identity folds to a product)
 def cost(U, q0, qd0):
-    traj = jax.vmap(lambda q, qd, u: jaxarm.rollout(pendulum(), q, qd, u, dt, method="rk3", on_divergence="flag"))(q0, qd0, U)
+    traj = jax.vmap(lambda q, qd, u: jaxarm.rollout(two_link, q, qd, u, dt, method="rk3", on_divergence="flag"))(q0, qd0, U)
     return jnp.sum(traj.q[:, -1] ** 2)
+U, q0, qd0 = np.concatenate([U, -U], axis=2), np.concatenate([q0, 0.5 * q0], axis=1), np.concatenate([qd0, qd0], axis=1)
 placed = [jax.device_put(a, NamedSharding(mesh, P("batch"))) for a in (U[:8], q0[:8], qd0[:8])]
 grad_sharded = jax.jit(jax.grad(cost))
 text = grad_sharded.lower(*placed).compile().as_text()
