@@ -612,6 +612,34 @@ def test_mpc_closes_the_loop_on_a_heavier_arm_than_it_plans_on():
         trajopt.mpc_step(problem, jnp.zeros(3))
 
 
+def test_mpc_with_one_iteration_a_step_updates_the_multipliers_of_its_constraints_every_step(reach_solutions):
+    """Receding-horizon control of the keep-out-sphere reach with one DDP iteration per control
+    step (the real-time iteration scheme): no step converges, yet every step ends with a multiplier
+    update (mpc_step's update_at_limit), so the sphere's multipliers grow and the closed loop stays
+    outside it. With updates only after converged rounds (ddp's default) the multipliers would
+    never move at all."""
+    arm, _, goal, free, _, _ = reach_solutions
+    tool = jax.vmap(lambda q: jaxarm.tool_pose(arm, q)[:3, 3])(free.q)
+    center, radius = tool[T // 2], 0.12
+    blocked = trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": goal},
+                          constraints=terms.keep_out_sphere(center, radius))
+    start = trajopt.ddp(blocked, max_iterations=3)
+    for update in (True, False):
+        step = jaxarm.jit(lambda x, plan: trajopt.mpc_step(blocked, x, plan, max_iterations=1,
+                                                           **({} if update else {"update_at_limit": False})))
+        x, plan, distance, largest = blocked.x0, start, np.inf, 0.0
+        for _ in range(T):
+            plan = step(x, plan)
+            traj = jaxarm.rollout(arm, x[:2], x[2:], plan.u[0][None], DT, saturate=False)
+            x = jnp.concatenate([traj.q[-1], traj.qd[-1]])
+            distance = min(distance, float(jnp.linalg.norm(jaxarm.tool_pose(arm, x[:2])[:3, 3] - center)))
+            largest = max(largest, float(jnp.max(plan.multipliers)))
+        if update:
+            assert largest > 0.1 and distance >= radius, (largest, distance)
+        else:
+            assert largest == 0.0
+
+
 def test_reach_problem_written_as_terms_has_the_same_objective():
     arm = two_link()
     goal = jaxarm.tool_pose(arm, Q0)[:3, 3] + jnp.array([0.3, 0.3, 0.0])

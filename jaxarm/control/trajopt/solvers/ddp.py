@@ -223,6 +223,7 @@ def ddp(
     second_order: bool = False,
     last_violation=None,
     al_rounds=0,
+    update_at_limit: bool = False,
 ) -> OCPResult:
     """Solve an :class:`jaxarm.trajopt.OCP` by box-constrained feasibility-driven DDP (see the
     module docstring) with an augmented Lagrangian for its constraints.
@@ -248,7 +249,10 @@ def ddp(
     ``last_violation`` (a number or scalar array, e.g. a previous result's ``update_violation``) is
     the violation the first update compares with, none (no rise at the first update) by default;
     ``al_rounds`` (a whole number or integer scalar array, e.g. a previous result's ``al_rounds``)
-    the updates already made: ``al_iterations`` bounds the total.
+    the updates already made: ``al_iterations`` bounds the total. ``update_at_limit``: also update
+    the multipliers (and penalty) when ``max_iterations`` stops a round, as a receding-horizon
+    controller running a few iterations per control step needs (:func:`jaxarm.trajopt.mpc_step`
+    sets it: one update per step, the real-time iteration scheme's multiplier estimate).
     second_order: DDP proper (Mayne 1966; Tassa, Mansard & Todorov 2014, eq. 5): the backward pass
     adds the dynamics' second-order terms V'_x . F_zz to Q_xx, Q_ux and Q_uu (and to the model the
     line search compares with), where iLQR (the default) keeps the Gauss-Newton model. The terms
@@ -284,8 +288,9 @@ def ddp(
     for name, v in (("tol", tol), ("tol_violation", tol_violation), ("tol_gap", tol_gap), ("reg_min", reg_min), ("reg_max", reg_max), ("mu_max", mu_max)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{func}: {name}: expected a finite number >= 0, got {v!r}")
-    if not isinstance(second_order, (bool, np.bool_)):
-        raise ValueError(f"{func}: second_order: expected True or False, got {second_order!r}")
+    for name, v in (("second_order", second_order), ("update_at_limit", update_at_limit)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"{func}: {name}: expected True or False, got {v!r}")
     if not reg_factor > 1 or not mu_growth >= 1:
         raise ValueError(f"{func}: reg_factor > 1 and mu_growth >= 1 expected, got {reg_factor!r}, {mu_growth!r}")
     n, T = problem.n, problem.T
@@ -321,7 +326,7 @@ def ddp(
     rounds0 = _start_scalar(al_rounds, "al_rounds", jnp.int32, func, lambda v: float(v).is_integer() and v >= 0,
                             "a whole number >= 0 (a previous result's al_rounds)")
     options = _Options(max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor,
-                       line_search_steps, armijo, al_iterations, mu_growth, mu_max, bool(second_order))
+                       line_search_steps, armijo, al_iterations, mu_growth, mu_max, bool(second_order), bool(update_at_limit))
     # only the problem's traced leaves (a jit's or vmap's arguments, differentiated values) go in
     # as arguments; the known ones (an arm closed over by the user's jit, say) stay constants of
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
@@ -380,6 +385,7 @@ class _Options(NamedTuple):
     mu_growth: float
     mu_max: float
     second_order: bool = False
+    update_at_limit: bool = False
 
 
 def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
@@ -388,7 +394,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     # the multipliers, regularization, penalty, violation at the last update and updates made to start from
     lam0, regularization, mu0, viol0, rounds0 = start
     (max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor, line_search_steps,
-     armijo, al_iterations, mu_growth, mu_max, second_order) = options
+     armijo, al_iterations, mu_growth, mu_max, second_order, update_at_limit) = options
     n, T = problem.n, problem.T
     dtype = jnp.result_type(problem.x0)
     arm = solver_arm(problem)
@@ -592,13 +598,14 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         cv, active = constraint_values(xs, us)
         viol = jnp.max(_violation(cv, active, eq), initial=0.0)
         # the multiplier update (Nocedal & Wright 2006, eqs 17.39 and 17.65) after a converged round
-        # only: a round cut short by max_iterations is resumed as it was
+        # only: a round cut short by max_iterations is resumed as it was (unless update_at_limit)
+        update = (done | (it >= max_iterations)) if update_at_limit else done
         shifted = lam + mu * cv
-        lam = jnp.where(done, jnp.where(active, jnp.where(eq, shifted, jnp.maximum(0.0, shifted)), 0.0), lam)
+        lam = jnp.where(update, jnp.where(active, jnp.where(eq, shifted, jnp.maximum(0.0, shifted)), 0.0), lam)
         # raise the penalty only when the violation did not drop fourfold (Conn, Gould & Toint 1991)
-        mu = jnp.where(done & (viol > tol_violation) & (viol > 0.25 * viol_ref), jnp.minimum(mu * mu_growth, mu_max), mu)
-        return (xs, us, lam, mu, rounds + done.astype(rounds.dtype), trips + 1, it, done, stop, viol,
-                jnp.where(done, viol, viol_ref), log, gap)
+        mu = jnp.where(update & (viol > tol_violation) & (viol > 0.25 * viol_ref), jnp.minimum(mu * mu_growth, mu_max), mu)
+        return (xs, us, lam, mu, rounds + update.astype(rounds.dtype), trips + 1, it, done, stop, viol,
+                jnp.where(update, viol, viol_ref), log, gap)
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
     init = (xs0, us0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
