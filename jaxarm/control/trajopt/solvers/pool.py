@@ -8,11 +8,12 @@ iterations at a time. After each round, the problems that stopped (converged, no
 infeasible, non-finite, or out of iterations) leave the pool and waiting ones take their slots;
 the others go on from where they are: their inputs, states and constraint multipliers are the
 next round's warm start, with the regularization of their last iteration and the
-augmented-Lagrangian penalty and constraint violation they reached (so the penalty rises from
-round to round where the violation does not fall fourfold, as within one :func:`ddp` solve; each
-round ends with a multiplier update). The same scheme serves large language models'
-requests ("continuous batching", Yu et al. 2022, Orca, OSDI). One program is compiled, whatever
-the number of problems; the host gathers and scatters the slots between rounds.
+augmented-Lagrangian state they reached (penalty, multiplier updates made, violation at the last
+update). A round that ends inside an augmented-Lagrangian round resumes inside it, so each problem
+takes the iterates one :func:`ddp` solve would take. The same scheme serves large language
+models' requests ("continuous batching", Yu et al. 2022, Orca, OSDI). One program is compiled,
+whatever the number of problems; the host gathers and scatters the slots between rounds. The
+problems may differ in params, start state, arm, step and input bounds.
 """
 
 from __future__ import annotations
