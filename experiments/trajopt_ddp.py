@@ -1,6 +1,6 @@
 """Optimal-control problems written as terms, solved by box-FDDP (jaxarm.trajopt.ddp).
 
-    python experiments/trajopt_ddp.py [--plot trajopt_ddp.png] [--cases puma_reach,puma_sweep,panda_obstacle,panda_via,batch,puma_gradient]
+    python experiments/trajopt_ddp.py [--plot trajopt_ddp.png] [--cases puma_reach,puma_sweep,panda_obstacle,panda_via,batch,payloads,puma_gradient]
                                       [--plain-jit]
 
 Cases (one JSON line each, plus one per solver where two are compared):
@@ -26,6 +26,8 @@ Cases (one JSON line each, plus one per solver where two are compared):
   differences; the gradient's first call and warm time against the solve's.
 - ``batch``: the Panda reach to 16 different goals in one ``jax.vmap``-ed call against 16 calls
   of the same compiled solver one after the other.
+- ``payloads``: the same reach for 16 payloads from 0 to 3 kg: ``trajopt.solve_many`` with the
+  arms batched, one ``jax.vmap`` over the stacked arms, and 16 calls of one compiled solver.
 
 Timings: ``first_call_s`` is trace + compile + solve of a fresh function (what a user waits for
 the first time), ``solve_s`` the median of 3 further calls; compiled with ``jaxarm.jit`` (jaxarm's
@@ -216,6 +218,38 @@ def batch(args, out):
          max_cost_difference=float(np.max(np.abs(np.asarray(res.cost) - np.array([float(s.cost) for s in singles])))))
 
 
+def payloads(args, out):
+    """The Panda reach of ``batch`` (first goal) for 16 payloads from 0 to 3 kg at the hand (one
+    robot family carrying different loads, a domain randomization): ``trajopt.solve_many`` with
+    the arms batched (``jaxarm.stack_arms``; only the payload's mass differs, so the rest of the arm
+    stays a constant of the program), one ``jax.vmap`` over the stacked arms (every leaf of the
+    arm traced), and 16 calls of one compiled solver with the payload's mass as argument."""
+    arm, lim = panda()
+    T, dt = 50, 0.02
+    p0 = tool_path(arm, PANDA_Q0[None])[0]
+    goal = p0 + np.array([0.1, 0.35, 0.0])
+    masses = np.linspace(0.0, 3.0, 16)
+    arms = [arm.with_payload(m) for m in masses]
+    stacked = jaxarm.stack_arms(arms)
+    costs = terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2) + regularization()
+    problem = trajopt.ocp(arm, PANDA_Q0, T, dt, costs=costs, params={"goal": jnp.asarray(goal)})
+    stats = []
+    pooled, first_p, solve_p = timed(lambda: trajopt.solve_many(problem, arm=stacked, report=stats.append))
+    vmapped, first_v, solve_v = timed(jaxarm.jit(jax.vmap(lambda a: trajopt.ddp(problem.replace(arm=a)))), stacked)
+    one = jaxarm.jit(lambda m: trajopt.ddp(problem.replace(arm=arm.replace(payload=dataclasses.replace(arm.payload, mass=m)))))
+    jax.block_until_ready(one(jnp.asarray(masses[0])))
+    t0 = time.perf_counter()
+    singles = [jax.block_until_ready(one(jnp.asarray(m))) for m in masses]
+    seq = time.perf_counter() - t0
+    costs_seq = np.array([float(r.cost) for r in singles])
+    emit(case="payloads", solver="ddp", arms=16, solve_many_s=round(solve_p, 3), solve_many_first_call_s=round(first_p, 2),
+         vmap_s=round(solve_v, 3), vmap_first_call_s=round(first_v, 2), sequential_s=round(seq, 3),
+         converged=[int(np.sum(np.asarray(r.converged))) for r in (pooled, vmapped)],
+         arm_leaves_varying=stats[-1]["arm_leaves_varying"],
+         max_relative_cost_difference=float(np.max(np.abs(np.asarray(pooled.cost) - costs_seq) / costs_seq)),
+         effort_first_last=[float(costs_seq[0]), float(costs_seq[-1])])
+
+
 def puma_gradient(args, out):
     """Gradients of the solution: the Puma reach's optimal effort with respect to the goal (params)
     and to the links' masses (the arm), by the implicit function theorem at the optimum (the
@@ -321,7 +355,7 @@ def plot(path, out):
 
 
 CASES = {"puma_reach": puma_reach, "puma_sweep": puma_sweep, "panda_obstacle": panda_obstacle, "panda_via": panda_via,
-         "batch": batch, "puma_gradient": puma_gradient}
+         "batch": batch, "payloads": payloads, "puma_gradient": puma_gradient}
 
 
 def main(argv=None):
