@@ -72,8 +72,8 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
         if moving:
             _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
             rhs = rhs - did.astype(qdd.dtype)
-        # in reverse mode, lambda = M^-T (the cotangent of qdd) computed once into an array (the
-        # cotangent of rhs), which the torques' cotangent and Newton-Euler's reverse pass both read;
+        # in reverse mode, lambda = M^-T qdd-bar (qdd-bar: the cotangent of qdd) computed once into an
+        # array (the cotangent of rhs), which the torques' cotangent and Newton-Euler's reverse pass read;
         # without it XLA:CPU fused the mass matrix, its factorization and the solve into each of
         # them (plain reverse mode through 1000 RK3 steps at batch 16: Panda 43.2 -> 35.8 ms, Puma
         # 30.1 -> 28.3 ms; batch 256: 226 -> 213 and 175 -> 162 ms; batch 1 within 2 %)
