@@ -318,13 +318,10 @@ def ddp(
     lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
-    reg0 = _start_scalar(regularization, "regularization", dtype, func, lambda v: np.isfinite(v) and v >= 0,
-                         "a finite number >= 0 (the starting regularization)")
-    mu0 = _start_scalar(mu, "mu", dtype, func, lambda v: np.isfinite(v) and v > 0, "a finite number > 0 (the penalty to start from)")
-    viol0 = _start_scalar(jnp.inf if last_violation is None else last_violation, "last_violation", dtype, func,
-                          lambda v: v >= 0, "a number >= 0 (a previous result's update_violation) or None")
-    rounds0 = _start_scalar(al_rounds, "al_rounds", jnp.int32, func, lambda v: float(v).is_integer() and v >= 0,
-                            "a whole number >= 0 (a previous result's al_rounds)")
+    reg0 = _start_scalar(regularization, "regularization", dtype, func)
+    mu0 = _start_scalar(mu, "mu", dtype, func)
+    viol0 = _start_scalar(jnp.inf if last_violation is None else last_violation, "last_violation", dtype, func)
+    rounds0 = _start_scalar(al_rounds, "al_rounds", jnp.int32, func)
     options = _Options(max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor,
                        line_search_steps, armijo, al_iterations, mu_growth, mu_max, bool(second_order), bool(update_at_limit))
     # only the problem's traced leaves (a jit's or vmap's arguments, differentiated values) go in
@@ -347,11 +344,12 @@ def ddp(
     status = jnp.where(converged, CONVERGED,
                        jnp.where(~finite, NOT_FINITE,
                                  jnp.where(stop, NO_PROGRESS,
-                                           # infeasible: the augmented-Lagrangian rounds ran out before the
-                                           # iterations did (a round that converged at the iteration limit
-                                           # with the constraints still violated stopped at that limit)
-                                           jnp.where(done & (viol > tol_violation) & (it < max_iterations), INFEASIBLE,
-                                                     ITERATION_LIMIT))))
+                                           # infeasible: the augmented-Lagrangian rounds ran out, the last
+                                           # one converged (a converged round that is not the last, stopped
+                                           # by the iteration limit with the constraints still violated,
+                                           # stopped at that limit)
+                                           jnp.where(done & (viol > tol_violation) & ((it < max_iterations) | (rounds >= al_iterations)),
+                                                     INFEASIBLE, ITERATION_LIMIT))))
     result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
                        status=status, multipliers=lam, history=log, penalty=mu_final, al_rounds=rounds,
                        update_violation=viol_update)
@@ -360,9 +358,19 @@ def ddp(
     return jax.tree_util.tree_map(_strong, result)
 
 
-def _start_scalar(value, name, dtype, func, ok, expected):
-    """A scalar a solve starts from (regularization, penalty, last violation): a number, or a
-    scalar array that may be traced (to resume a solve); a known one must satisfy ``ok``."""
+# what a known starting scalar must satisfy, and how the error says it
+_START = {
+    "regularization": (lambda v: np.isfinite(v) and v >= 0, "a finite number >= 0 (the starting regularization)"),
+    "mu": (lambda v: np.isfinite(v) and v > 0, "a finite number > 0 (the penalty to start from)"),
+    "last_violation": (lambda v: v >= 0, "a number >= 0 (a previous result's update_violation) or None"),
+    "al_rounds": (lambda v: float(v).is_integer() and v >= 0, "a whole number >= 0 (a previous result's al_rounds)"),
+}
+
+
+def _start_scalar(value, name, dtype, func):
+    """A scalar a solve starts from (``name``, one of :data:`_START`): a number, or a scalar array
+    that may be traced (to resume a solve); a known one must satisfy its condition."""
+    ok, expected = _START[name]
     a = jnp.asarray(value, dtype)
     if a.shape != () or (not isinstance(value, jax.core.Tracer) and not bool(ok(np.asarray(value)))):
         raise ValueError(f"{func}: {name}: expected {expected}, got {value!r}")

@@ -29,7 +29,7 @@ from ....core.xla import jit as _jit
 from ....model import checks
 from ....simulate.batch import _SharedLeaves
 from ..ocp import OCP, solver_arm
-from .ddp import INFEASIBLE, ITERATION_LIMIT, DDPLog, OCPResult, _constraint_layout, _hold, _start_scalar, ddp
+from .ddp import ITERATION_LIMIT, DDPLog, OCPResult, _constraint_layout, _hold, _start_scalar, ddp
 
 
 _CACHE: dict = {}  # id(problem) -> (problem, {(batched fields, shared arm leaves, round_iterations, options): (solver, hold)})
@@ -190,13 +190,12 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
     if N == 0:
         raise ValueError(f"{func}: no problems (N = 0)")
     B = min(slots, N)
-    al_iterations = options.get("al_iterations", inspect.signature(ddp).parameters["al_iterations"].default)
     max_iterations = -(-max_iterations // round_iterations) * round_iterations  # whole rounds
-    reg_start = options.pop("regularization", 0.0)
-    mu_start = options.pop("mu", 10.0)
-    _start_scalar(mu_start, "mu", dtype, func, lambda v: np.isfinite(v) and v > 0, "a finite number > 0 (the penalty to start from)")
-    _start_scalar(reg_start, "regularization", dtype, func, lambda v: np.isfinite(v) and v >= 0,
-                  "a finite number >= 0 (the starting regularization)")
+    defaults = inspect.signature(ddp).parameters
+    reg_start = options.pop("regularization", defaults["regularization"].default)
+    mu_start = options.pop("mu", defaults["mu"].default)
+    _start_scalar(mu_start, "mu", dtype, func)
+    _start_scalar(reg_start, "regularization", dtype, func)
     tree = jax.tree_util.tree_structure(fields)
     flat = jax.tree_util.tree_leaves(fields)
     solver, hold = _compiled(problem, tree, shared, round_iterations, options)
@@ -250,13 +249,8 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
             if it > 0:  # the regularization of its last iteration: where the next round starts
                 reg[i] = out.history.regularization[s, it - 1]
             stopped = int(out.status[s]) != ITERATION_LIMIT or used[i] >= max_iterations
-            # its augmented-Lagrangian rounds ran out exactly at the round's end: one ddp solve would
-            # have stopped there, the constraints not met
-            rounds_out = int(out.status[s]) == ITERATION_LIMIT and al_rounds[i] >= al_iterations and used[i] < max_iterations
-            if stopped or rounds_out:
+            if stopped:
                 final[i] = jax.tree_util.tree_map(lambda a: a[s], out)
-                if rounds_out:
-                    final[i] = final[i]._replace(status=np.asarray(INFEASIBLE, out.status.dtype))
                 pool[s] = queue.pop(0) if queue else None
     seconds = time.perf_counter() - t0
     if report is not None:
