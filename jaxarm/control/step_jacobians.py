@@ -78,24 +78,30 @@ def _rows(fe):
     return None if fe is None else 0
 
 
-def _accel_factored_once(arm, xs, us, input, fe=None, saturate=False):
-    """:func:`_accel_factored` at every (x_k, u_k) (T, 2n), (T, n): accelerations (T, n) and
-    Cholesky factors (T, n, n), stored once (:func:`jaxarm.core.xla.computed_once`) rather than
-    fused again into each Jacobian entry that reads them."""
-    return computed_once(jax.vmap(lambda x, u, f: _accel_factored(arm, x, u, input, f, saturate), in_axes=(0, 0, _rows(fe))),
+def _accel_once(arm, xs, us, input, fe=None, saturate=False):
+    """The accelerations (T, n) at every (x_k, u_k) (T, 2n), (T, n), stored once
+    (:func:`jaxarm.core.xla.computed_once`) rather than fused again into each Jacobian entry that
+    reads them."""
+    return computed_once(jax.vmap(lambda x, u, f: _accel_factored(arm, x, u, input, f, saturate)[0], in_axes=(0, 0, _rows(fe))),
                          xs, us, fe)
 
 
-def _accel_jacobians(arm, xs, us, qdd, L, input, fe=None, saturate=False):
+def _accel_jacobians(arm, xs, us, qdd, input, fe=None, saturate=False):
     """d qdd / d(q, qd, u) (N, n, 3n) at the N points x = (q, qd) (N, 2n), u (N, n), given qdd
-    (N, n) there and the Cholesky factors L (N, n, n) of M(q): from ID(q, qd, FD(q, qd, tau)) = tau
-    (Carpentier & Mansard 2018, Sec. III-B), d qdd/dq = -M^-1 dID/dq,
-    d qdd/dqd = M^-1 (dtau/dqd - dID/dqd), d qdd/du = M^-1 dtau/du, with dID/d(q, qd) at fixed
-    qdd by forward mode through Newton-Euler along the 2n directions of (q, qd).
+    (N, n) there, and the Cholesky factors L (N, n, n) of M(q) they were solved with: from
+    ID(q, qd, FD(q, qd, tau)) = tau (Carpentier & Mansard 2018, Sec. III-B), d qdd/dq = -M^-1 dID/dq,
+    d qdd/dqd = M^-1 (dtau/dqd - dID/dqd), d qdd/du = M^-1 dtau/du, with dID/d(q, qd, qdd) at fixed
+    qdd by forward mode through Newton-Euler along the 3n directions of (q, qd, qdd): the last n
+    columns are M(q) itself (dID/dqdd; rotor inertia included), factored by the platform's library.
+
+    M comes from these tangents rather than from the forward dynamics' own factorization because
+    XLA:CPU has no multi-output fusions: a forward dynamics that returns its factor as well as
+    qdd compiles into one fusion per output that re-derives what they share (the Panda at 100
+    knots: 13.3k lines of optimized HLO against 3.2k for qdd alone).
 
     The forward mode is split in two (``jax.linearize``): the primal pass and its residuals (the
     sines, rotations, velocities, ... the tangents are linear in) computed once per point and
-    stored (:func:`jaxarm.core.xla.computed_once`), then the linear map applied to the 2n unit
+    stored (:func:`jaxarm.core.xla.computed_once`), then the linear map applied to the 3n unit
     directions. With ``jax.jacfwd`` in one piece, XLA:CPU fused the whole primal recursion into
     each of the ~40 loop fusions of the Jacobian's entries (UR5 solver: 93k -> 56k lines of
     optimized HLO; Panda tutorial: 127k -> 81k). Reverse mode (n cotangents) was measured before:
@@ -105,8 +111,8 @@ def _accel_jacobians(arm, xs, us, qdd, L, input, fe=None, saturate=False):
     linear = []
 
     def residuals(x, a, f):  # one point: the linearization's traced constants; its linear map kept aside
-        _, lin = jax.linearize(lambda q, qd: _inverse_dynamics(arm, q, qd, a, f), x[:n], x[n:])
-        closed = jax.make_jaxpr(lin)(x[:n], x[n:])
+        _, lin = jax.linearize(lambda q, qd, qdd: _inverse_dynamics(arm, q, qd, qdd, f), x[:n], x[n:], a)
+        closed = jax.make_jaxpr(lin)(x[:n], x[n:], a)
         traced = [i for i, c in enumerate(closed.consts) if isinstance(c, jax.core.Tracer)]
         linear.append((closed.jaxpr, list(closed.consts), traced))
         return [closed.consts[i] for i in traced]
@@ -114,20 +120,20 @@ def _accel_jacobians(arm, xs, us, qdd, L, input, fe=None, saturate=False):
     res = computed_once(jax.vmap(residuals, in_axes=(0, 0, _rows(fe))), xs, qdd, fe)
     jaxpr, consts, traced = linear[-1]
 
-    def apply(r, t):  # the linear map at one point along one direction t (2n,)
+    def apply(r, t):  # the linear map at one point along one direction t (3n,)
         full = list(consts)
         for i, v in zip(traced, r):
             full[i] = v
-        return jax.core.eval_jaxpr(jaxpr, full, t[:n], t[n:])[0]
+        return jax.core.eval_jaxpr(jaxpr, full, t[:n], t[n: 2 * n], t[2 * n:])[0]
 
-    eye = jnp.eye(2 * n, dtype=xs.dtype)
-    # dID/d(q, qd) (N, n, 2n), one torque's row per trip of a loop: each trip evaluates the tangent
-    # recursion of all n torques along the 2n directions and keeps row i (a sum against a one-hot
-    # mask, which XLA cannot fold: i is the loop's counter). The recursion is then compiled once,
-    # and each trip is one loop fusion over (N, 2n), vectorized along the directions. Unrolled --
-    # the stack of the n rows computed in one fusion -- XLA:CPU evaluated the whole recursion
-    # again for every entry of the stack, one entry at a time: the UR5's step Jacobians took
-    # 0.46 ms at 100 points and 6.3 ms at 1600 (0.17 and 1.8 ms with this loop); the n rows
+    eye = jnp.eye(3 * n, dtype=xs.dtype)
+    # dID/d(q, qd, qdd) (N, n, 3n), one torque's row per trip of a loop: each trip evaluates the
+    # tangent recursion of all n torques along the 3n directions and keeps row i (a sum against a
+    # one-hot mask, which XLA cannot fold: i is the loop's counter). The recursion is then compiled
+    # once, and each trip is one loop fusion over (N, 3n), vectorized along the directions.
+    # Unrolled -- the stack of the n rows computed in one fusion -- XLA:CPU evaluated the whole
+    # recursion again for every entry of the stack, one entry at a time: the UR5's step Jacobians
+    # took 0.46 ms at 100 points and 6.3 ms at 1600 (0.17 and 1.8 ms with this loop); the n rows
     # stored from fusions of their own ran as fast but compiled the recursion n times (the UR5
     # solver's first call 5.9 -> 10.5 s). An arm whose Newton-Euler is linear in (q, qd) (one
     # prismatic joint) has no residuals: hence the vmap's explicit axis size
@@ -136,18 +142,19 @@ def _accel_jacobians(arm, xs, us, qdd, L, input, fe=None, saturate=False):
         return jnp.sum(dID * (jnp.arange(n) == i).astype(dID.dtype)[:, None], axis=1)
 
     dID = jnp.moveaxis(jax.lax.map(row, jnp.arange(n)), 0, 1)
+    L = jnp.linalg.cholesky(dID[:, :, 2 * n:])  # M = dID/dqdd, symmetric to rounding (the lower triangle is read)
 
     def solve(x, u, L, d):
         dtau = jax.jacfwd(lambda qd, u: _joint_torque(arm, u, qd, input, saturate), argnums=(0, 1))(x[n:], u)
-        return linalg.cholesky_solve_factored(L, jnp.concatenate([-d[:, :n], dtau[0] - d[:, n:], dtau[1]], axis=1))
+        return linalg.cholesky_solve_factored(L, jnp.concatenate([-d[:, :n], dtau[0] - d[:, n: 2 * n], dtau[1]], axis=1))
 
-    return jax.vmap(solve)(xs, us, L, dID)
+    return jax.vmap(solve)(xs, us, L, dID), L
 
 
 def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False):
     """The Runge-Kutta stages of the step ``method`` (a name in _TABLEAUS) at every (x_k, u_k) (T, 2n),
     (T, n): the tableau A (s, s) and weights b (s,) as NumPy arrays, the stage points X_i (s, T, 2n),
-    their accelerations (s, T, n) and the Cholesky factors of M there (s, T, n, n), and the
+    their accelerations (s, T, n), the Cholesky factors of M there (s, T, n, n), and the
     Jacobians of the state derivative f = (qd, qdd) at the stage points with respect to (x, u)
     (s, T, 2n, 3n). The stages run in a loop (``lax.scan``: the forward dynamics is compiled once,
     not once per stage); the accelerations' Jacobians come from inverse dynamics
@@ -160,18 +167,18 @@ def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False):
     A_dt = dt * jnp.asarray(A, dtype)
 
     def stage(carry, i):  # stage i, batched over the T knots: X_i from the K_j found so far (j < i)
-        P, acc, L = carry  # (s, T, 2n) stage points, (s, T, n) their accelerations (zeros until found), factors
+        P, acc = carry  # (s, T, 2n) stage points, (s, T, n) their accelerations (zeros until found)
         K = jnp.concatenate([P[:, :, n:], acc], axis=2)  # K_j = f(X_j) = (qd_j, qdd_j)
         X = xs + jnp.einsum("j,jtk->tk", A_dt[i], K)
-        a, Li = jax.vmap(lambda x, u, f: _accel_factored(arm, x, u, input, f, saturate), in_axes=(0, 0, _rows(fe)))(X, us, fe)
-        return (P.at[i].set(X), acc.at[i].set(a), L.at[i].set(Li)), None
+        a = jax.vmap(lambda x, u, f: _accel_factored(arm, x, u, input, f, saturate)[0], in_axes=(0, 0, _rows(fe)))(X, us, fe)
+        return (P.at[i].set(X), acc.at[i].set(a)), None
 
-    init = (jnp.zeros((stages, T, 2 * n), dtype), jnp.zeros((stages, T, n), dtype), jnp.zeros((stages, T, n, n), dtype))
-    (P, acc, L), _ = jax.lax.scan(stage, init, jnp.arange(stages))
+    init = (jnp.zeros((stages, T, 2 * n), dtype), jnp.zeros((stages, T, n), dtype))
+    (P, acc), _ = jax.lax.scan(stage, init, jnp.arange(stages))
     U = jnp.broadcast_to(us, (stages, T, n)).reshape(stages * T, n)
     F = None if fe is None else jnp.broadcast_to(fe, (stages,) + fe.shape).reshape(stages * T, fe.shape[-1])
-    Ja = _accel_jacobians(arm, P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), L.reshape(stages * T, n, n),
-                          input, F, saturate).reshape(stages, T, n, 3 * n)
+    Ja, L = _accel_jacobians(arm, P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), input, F, saturate)
+    Ja, L = Ja.reshape(stages, T, n, 3 * n), L.reshape(stages, T, n, n)
     top = jnp.concatenate([jnp.zeros((n, n)), jnp.eye(n), jnp.zeros((n, n))], axis=1).astype(dtype)
     J = jnp.concatenate([jnp.broadcast_to(top, (stages, T, n, 3 * n)), Ja], axis=2)
     return A, b, P, acc, L, J
@@ -191,9 +198,9 @@ def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False):
 
         d qdd / dq = -M^-1 dID/dq,   d qdd / dqd = M^-1 (dtau/dqd - dID/dqd),   d qdd / du = M^-1 dtau/du,
 
-    with dID/d(q, qd) at the stage's acceleration by one forward-mode pass through Newton-Euler
-    (no mass matrix or Cholesky factor in the differentiated program) and M^-1 applied with the
-    Cholesky factor the stage's forward dynamics already computed. The same numbers as
+    with dID/d(q, qd, qdd) at the stage's acceleration by one forward-mode pass through Newton-Euler
+    (no mass matrix or Cholesky factor in the differentiated program; the qdd columns are M
+    itself) and M^-1 applied with M's Cholesky factor from the platform's library. The same numbers as
     ``jax.jacfwd`` of the step up to rounding; the DDP program on the Puma 560 is about half the
     size. The Euler methods by name take the same accelerations' Jacobians at the knot; any other
     method: ``jax.jacfwd`` of the step."""
@@ -202,8 +209,8 @@ def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False):
     if isinstance(method, str) and method in _EULER:
         # one evaluation per knot: a = qdd(x, u); semi-implicit: qd+ = qd + a dt, q+ = q + qd+ dt;
         # explicit (Craig 6.117): qd+ = qd + a dt, q+ = q + qd dt + a dt^2 / 2
-        a, L = _accel_factored_once(arm, xs, us, input, fe, saturate)
-        Ja = _accel_jacobians(arm, xs, us, a, L, input, fe, saturate)  # (T, n, 3n)
+        a = _accel_once(arm, xs, us, input, fe, saturate)
+        Ja, _ = _accel_jacobians(arm, xs, us, a, input, fe, saturate)  # (T, n, 3n)
         q, qd = xs[:, :n], xs[:, n:]
         c = dt * dt if method == "semi_implicit_euler" else 0.5 * dt * dt
         qd_next = qd + dt * a
