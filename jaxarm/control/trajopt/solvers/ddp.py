@@ -42,7 +42,7 @@ import numpy as np
 from ....dynamics import linalg
 from ....model import checks
 from ....simulate.batch import _strong
-from ...step_jacobians import _step_jacobians, _step_pair, _step_second_derivatives
+from ...step_jacobians import _EULER, _step_jacobians, _step_pair, _step_second_derivatives
 from ..ocp import OCP, _finite, solver_arm
 from .implicit import solution_vjp
 from .knots import (_at_knots, _constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
@@ -424,7 +424,16 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     has_scalars = any(t.kind == "scalar" for t in problem.costs)
     lower = jnp.asarray(problem.lower, dtype)
     upper = jnp.asarray(problem.upper, dtype)
-    step = lambda q, qd, u: _step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input)  # noqa: E731
+    # The Euler methods evaluate the dynamics once per step, at the knot itself: the line search's
+    # rollout then gives the accelerations at the knots of the trajectory it returns, and the step
+    # Jacobians take them from there instead of a forward dynamics of their own (a second copy of
+    # it in the compiled solver). Each round's first trip finds them by the same rollout started
+    # at every knot ("fresh" below).
+    reuse = isinstance(problem.method, str) and problem.method in _EULER
+    if reuse:
+        step = lambda q, qd, u: _step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input, with_accel=True)  # noqa: E731
+    else:
+        step = lambda q, qd, u: (*_step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input), jnp.zeros((0,), dtype))  # noqa: E731
     ks = jnp.arange(T + 1)
     # an input-rate term couples consecutive inputs: the solver's state is then (x, u_{k-1}) (3n),
     # with u_{k-1} moved on by the dynamics (u_prev+ = u) and the rate a least-squares cost of the knot
@@ -442,8 +451,8 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
         return jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
 
-    def dynamics(xs, us):
-        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
+    def dynamics(xs, us, acc):
+        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input, qdd=acc if reuse else None)
         gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
         if rate:  # (x, u_prev)+ = (F(x, u), u): no gap in u_prev, which is always the previous input
             A = jnp.zeros((T, 3 * n, 3 * n), dtype).at[:, : 2 * n, : 2 * n].set(A)
@@ -520,71 +529,106 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         g2 = 0.5 * jnp.sum(jnp.einsum("ki,kij,kj->k", dxu, H, dxu))
         return g1, g2
 
-    def forward(xs, us, gaps, bw, alpha):
+    def forward(xs, us, gaps, bw, alpha, fresh):
+        """The line search's rollout: (x, u) along the step alpha, and the accelerations at its
+        knots (Euler methods). ``fresh``: every step starts from its knot x_k with u_k as it is,
+        so the rollout's states are F(x_k, u_k) and its accelerations those at the knots."""
         prev = _rate_parts(problem, us)[1] if rate else us  # (unused without a rate term)
 
         # q and qd carried apart (see _step_pair: batched, a concatenated state made this loop 14x slower)
         def one(carry, d):
             q, qd, up = carry
             x_ref, up_ref, u_ref, k, K, f_next = d
+            q, qd = jnp.where(fresh, x_ref[:n], q), jnp.where(fresh, x_ref[n:], qd)
             x = jnp.concatenate([q, qd])
             dx = jnp.concatenate([x - x_ref, up - up_ref]) if rate else x - x_ref
-            u = jnp.clip(u_ref + alpha * k + K @ dx, lower, upper)
-            q_next, qd_next = step(q, qd, u)
+            u = jnp.where(fresh, u_ref, jnp.clip(u_ref + alpha * k + K @ dx, lower, upper))
+            q_next, qd_next, a = step(q, qd, u)
             q_next = q_next - (1.0 - alpha) * f_next[:n]
             qd_next = qd_next - (1.0 - alpha) * f_next[n: 2 * n]
-            return (q_next, qd_next, u), (q_next, qd_next, u)
+            return (q_next, qd_next, u), (q_next, qd_next, u, a)
 
         x0 = xs[0] + alpha * gaps[0, : 2 * n]
-        _, (qn, qdn, un) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
-        return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un
+        _, (qn, qdn, un, an) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
+        return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un, an
 
     def inner(xs, us, lam, mu, it, log, gap):
-        J = objective(xs, us, lam, mu)
 
         def cond(c):
             return (c[5] < max_iterations) & ~c[6] & ~c[7]
 
         def body(c):
-            xs, us, J, reg, fails, it, done, stop, log, _ = c
-            gaps, A, B = dynamics(xs, us)
-            xu = jnp.concatenate([xs, pad(us)], axis=1)
-            g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
-                             xu, ks, lam)
-            if rate:
-                g, H = with_rate(g, H, us)
-            if second_order:
-                # DDP's step where its model is convex along the way back (every Q_uu positive
-                # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
-                # the costates make V'_x . F_zz indefinite
-                D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
-                exact, H_exact = backward(xs, us, A, B, gaps, g, H, reg, D, True)
-                bw, H = jax.lax.cond(exact.ok, lambda: (exact, H_exact), lambda: backward(xs, us, A, B, gaps, g, H, reg, D, False))
-            else:
-                bw, H = backward(xs, us, A, B, gaps, g, H, reg, jnp.zeros((T, 0), dtype), False)
-            g1, g2 = expected(bw, A, B, gaps, g, H)
+            # fresh (the first trip of a round): no iteration, only the round's objective at (x, u)
+            # (the multipliers changed) and, for the Euler methods, the accelerations at the knots,
+            # from a rollout that starts every step at its knot, both through the same compiled
+            # line search (the linearization is skipped by a conditional; its placeholders are not
+            # read): one compiled copy of the objective and of the dynamics instead of two
+            xs, us, J, reg, fails, it, done, stop, log, gap_in, acc, fresh = c
+
+            def linearized():  # the iteration's model: gaps, step Jacobians, knot quadratics, backward pass
+                gaps, A, B = dynamics(xs, us, acc)
+                xu = jnp.concatenate([xs, pad(us)], axis=1)
+                g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
+                                 xu, ks, lam)
+                if rate:
+                    g, H = with_rate(g, H, us)
+                if second_order:
+                    # DDP's step where its model is convex along the way back (every Q_uu positive
+                    # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
+                    # the costates make V'_x . F_zz indefinite
+                    D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
+                    exact, H_exact = backward(xs, us, A, B, gaps, g, H, reg, D, True)
+                    bw, H = jax.lax.cond(exact.ok, lambda: (exact, H_exact), lambda: backward(xs, us, A, B, gaps, g, H, reg, D, False))
+                else:
+                    bw, H = backward(xs, us, A, B, gaps, g, H, reg, jnp.zeros((T, 0), dtype), False)
+                g1, g2 = expected(bw, A, B, gaps, g, H)
+                return gaps, A, B, g, H, bw, g1, g2
+
+            def skipped():  # the fresh trip's placeholders (its rollout starts every step at its knot)
+                nx = 3 * n if rate else 2 * n
+                z = lambda *shape: jnp.zeros(shape, dtype)  # noqa: E731
+                return (z(T + 1, nx), z(T, nx, nx), z(T, nx, n), z(T + 1, nx + n), z(T + 1, nx + n, nx + n),
+                        _Backward(z(T, n), z(T, n, nx), jnp.asarray(True)), z(), z())
+
+            gaps, A, B, g, H, bw, g1, g2 = jax.lax.cond(fresh, skipped, linearized)
             gap = jnp.max(jnp.abs(gaps))
             feasible = gap <= tol_gap
-            small = bw.ok & feasible & (-(g1 + g2) <= tol * jnp.maximum(jnp.abs(J), 1e-12))
+            small = bw.ok & feasible & (-(g1 + g2) <= tol * jnp.maximum(jnp.abs(J), 1e-12)) & ~fresh
 
             def ls_cond(c):
                 j, alpha, *_, accepted = c
-                return (j < line_search_steps) & ~accepted & bw.ok & ~small
+                return (j < line_search_steps) & ~accepted & ((bw.ok & ~small) | fresh)
 
             def ls_body(c):
                 j, alpha, *_ = c
-                x_new, u_new = forward(xs, us, gaps, bw, alpha)
-                J_new = objective(x_new, u_new, lam, mu)
+                if reuse:
+                    x_new, u_new, a_new = forward(xs, us, gaps, bw, alpha, fresh)
+                    J_new = objective(jnp.where(fresh, xs, x_new), jnp.where(fresh, us, u_new), lam, mu)
+                else:  # (a fresh trip needs no rollout here)
+                    x_new, u_new, a_new = jax.lax.cond(fresh, lambda: (xs, us, acc), lambda: forward(xs, us, gaps, bw, alpha, False))
+                    J_new = objective(x_new, u_new, lam, mu)
                 dJ = J_new - J
                 model = alpha * g1 + alpha**2 * g2
                 # descent expected: Armijo on the model's decrease; an increase expected (closing
                 # gaps may cost): accept up to twice the predicted increase (as Crocoddyl's FDDP)
-                accepted = jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model)
-                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, J_new, accepted
+                accepted = fresh | (jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model))
+                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, a_new, J_new, accepted
 
             one = jnp.asarray(1.0, dtype)
-            _, alpha, x_new, u_new, J_new, accepted = jax.lax.while_loop(
-                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, J, jnp.asarray(False)))
+            _, alpha, x_new, u_new, a_new, J_new, accepted = jax.lax.while_loop(
+                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, acc, J, jnp.asarray(False)))
+            # the accelerations at the knots of the trajectory kept (those of the accepted rollout,
+            # or of the fresh trip's rollout from the knots)
+            acc = jnp.where(accepted, a_new, acc)
+            # the fresh trip sets the objective and changes nothing else: no iteration is counted or logged
+            c_new = body_rest(xs, us, J, reg, fails, it, done, stop, log, gap, g1, g2, small, feasible,
+                              alpha, x_new, u_new, J_new, accepted)
+            c_old = (xs, us, J_new, reg, fails, it, done, stop, log, gap_in)
+            kept = jax.tree_util.tree_map(lambda a, b: jnp.where(fresh, b, a), c_new, c_old)
+            return (*kept, acc, jnp.zeros_like(fresh))
+
+        def body_rest(xs, us, J, reg, fails, it, done, stop, log, gap, g1, g2, small, feasible, alpha, x_new, u_new,
+                      J_new, accepted):
             log = DDPLog(log.cost.at[it].set(jnp.where(accepted, J_new, J)), log.gap.at[it].set(gap),
                          log.alpha.at[it].set(jnp.where(accepted, alpha, 0.0)), log.regularization.at[it].set(reg),
                          log.expected.at[it].set(g1 + g2))
@@ -602,9 +646,10 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             gap = jnp.where(accepted, (1.0 - alpha) * gap, gap)
             return xs, us, J, reg, fails, it + 1, done, stop, log, gap
 
-        init = (xs, us, J, regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log,
-                gap)
-        xs, us, J, reg, fails, it, done, stop, log, gap = jax.lax.while_loop(cond, body, init)
+        acc = jnp.zeros((T, n if reuse else 0), dtype)  # the knots' accelerations, found by the fresh trip
+        init = (xs, us, jnp.zeros((), dtype), regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False),
+                log, gap, acc, jnp.asarray(True))
+        xs, us, J, reg, fails, it, done, stop, log, gap, acc, fresh = jax.lax.while_loop(cond, body, init)
         return xs, us, it, done, stop, log, gap
 
     # (a round stopped by the iteration limit or without progress ends the loop: another round
