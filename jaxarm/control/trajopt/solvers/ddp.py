@@ -342,14 +342,14 @@ def ddp(
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
     split = checks.TracedLeaves(problem)
-    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update = _solve(
+    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update, final_cost = _solve(
         split.traced, us0, xs0, (lam0, reg0, mu0, viol0, rounds0), options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
     ks = jnp.arange(T + 1)
     xu = jnp.concatenate([xs, jnp.concatenate([us, jnp.zeros((1, n), dtype)])], axis=1)
-    cost = total_cost(problem, xs, us)
+    cost = _reported_cost(problem, xs, us, final_cost)
     cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
     viol = jnp.max(_violation(cv, active, eq), initial=0.0)
     finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
@@ -443,9 +443,12 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         return jnp.concatenate([us, jnp.zeros((1, n), dtype)])
 
     def objective(xs, us, lam, mu):
+        """The augmented Lagrangian the line search compares, and the cost alone (what ddp reports)."""
         xu = jnp.concatenate([xs, pad(us)], axis=1)
-        knots = jnp.sum(_at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip), xu, ks, lam))
-        return knots + _rate_cost(problem, us)
+        values, costs = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip,
+                                                                                  with_cost=True), xu, ks, lam)
+        rate_cost = _rate_cost(problem, us)
+        return jnp.sum(values) + rate_cost, jnp.sum(costs) + rate_cost
 
     def constraint_values(xs, us):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
@@ -552,7 +555,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         _, (qn, qdn, un, an) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
         return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un, an
 
-    def inner(xs, us, lam, mu, it, log, gap):
+    def inner(xs, us, lam, mu, it, log, gap, C):
 
         def cond(c):
             return (c[5] < max_iterations) & ~c[6] & ~c[7]
@@ -563,7 +566,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             # from a rollout that starts every step at its knot, both through the same compiled
             # line search (the linearization is skipped by a conditional; its placeholders are not
             # read): one compiled copy of the objective and of the dynamics instead of two
-            xs, us, J, reg, fails, it, done, stop, log, gap_in, acc, fresh = c
+            xs, us, J, reg, fails, it, done, stop, log, gap_in, acc, fresh, C = c
 
             def linearized():  # the iteration's model: gaps, step Jacobians, knot quadratics, backward pass
                 gaps, A, B = dynamics(xs, us, acc)
@@ -603,29 +606,30 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
                 j, alpha, *_ = c
                 if reuse:
                     x_new, u_new, a_new = forward(xs, us, gaps, bw, alpha, fresh)
-                    J_new = objective(jnp.where(fresh, xs, x_new), jnp.where(fresh, us, u_new), lam, mu)
+                    J_new, C_new = objective(jnp.where(fresh, xs, x_new), jnp.where(fresh, us, u_new), lam, mu)
                 else:  # (a fresh trip needs no rollout here)
                     x_new, u_new, a_new = jax.lax.cond(fresh, lambda: (xs, us, acc), lambda: forward(xs, us, gaps, bw, alpha, False))
-                    J_new = objective(x_new, u_new, lam, mu)
+                    J_new, C_new = objective(x_new, u_new, lam, mu)
                 dJ = J_new - J
                 model = alpha * g1 + alpha**2 * g2
                 # descent expected: Armijo on the model's decrease; an increase expected (closing
                 # gaps may cost): accept up to twice the predicted increase (as Crocoddyl's FDDP)
                 accepted = fresh | (jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model))
-                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, a_new, J_new, accepted
+                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, a_new, J_new, C_new, accepted
 
             one = jnp.asarray(1.0, dtype)
-            _, alpha, x_new, u_new, a_new, J_new, accepted = jax.lax.while_loop(
-                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, acc, J, jnp.asarray(False)))
+            _, alpha, x_new, u_new, a_new, J_new, C_new, accepted = jax.lax.while_loop(
+                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, acc, J, C, jnp.asarray(False)))
             # the accelerations at the knots of the trajectory kept (those of the accepted rollout,
             # or of the fresh trip's rollout from the knots)
             acc = jnp.where(accepted, a_new, acc)
+            C = jnp.where(accepted, C_new, C)  # the cost of the trajectory kept
             # the fresh trip sets the objective and changes nothing else: no iteration is counted or logged
             c_new = body_rest(xs, us, J, reg, fails, it, done, stop, log, gap, g1, g2, small, feasible,
                               alpha, x_new, u_new, J_new, accepted)
             c_old = (xs, us, J_new, reg, fails, it, done, stop, log, gap_in)
             kept = jax.tree_util.tree_map(lambda a, b: jnp.where(fresh, b, a), c_new, c_old)
-            return (*kept, acc, jnp.zeros_like(fresh))
+            return (*kept, acc, jnp.zeros_like(fresh), C)
 
         def body_rest(xs, us, J, reg, fails, it, done, stop, log, gap, g1, g2, small, feasible, alpha, x_new, u_new,
                       J_new, accepted):
@@ -648,19 +652,19 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
 
         acc = jnp.zeros((T, n if reuse else 0), dtype)  # the knots' accelerations, found by the fresh trip
         init = (xs, us, jnp.zeros((), dtype), regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False),
-                log, gap, acc, jnp.asarray(True))
-        xs, us, J, reg, fails, it, done, stop, log, gap, acc, fresh = jax.lax.while_loop(cond, body, init)
-        return xs, us, it, done, stop, log, gap
+                log, gap, acc, jnp.asarray(True), C)
+        xs, us, J, reg, fails, it, done, stop, log, gap, acc, fresh, C = jax.lax.while_loop(cond, body, init)
+        return xs, us, it, done, stop, log, gap, C
 
     # (a round stopped by the iteration limit or without progress ends the loop: another round
     # follows only one whose DDP iterations converged, after its multiplier update)
     def outer_cond(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap = c
+        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap, C = c
         return (trips == 0) | ((rounds < al_iterations) & (viol > tol_violation) & (it < max_iterations) & ~stop)
 
     def outer_body(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap = c
-        xs, us, it, done, stop, log, gap = inner(xs, us, lam, mu, it, log, gap)
+        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap, C = c
+        xs, us, it, done, stop, log, gap, C = inner(xs, us, lam, mu, it, log, gap, C)
         cv, active = constraint_values(xs, us)
         viol = jnp.max(_violation(cv, active, eq), initial=0.0)
         # the multiplier update (Nocedal & Wright 2006, eqs 17.39 and 17.65) after a converged round
@@ -671,13 +675,14 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         # raise the penalty only when the violation did not drop fourfold (Conn, Gould & Toint 1991)
         mu = jnp.where(update & (viol > tol_violation) & (viol > 0.25 * viol_ref), jnp.minimum(mu * mu_growth, mu_max), mu)
         return (xs, us, lam, mu, rounds + update.astype(rounds.dtype), trips + 1, it, done, stop, viol,
-                jnp.where(update, viol, viol_ref), log, gap)
+                jnp.where(update, viol, viol_ref), log, gap, C)
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
     init = (xs0, us0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
-            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
-    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap = jax.lax.while_loop(outer_cond, outer_body, init)
-    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref
+            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype),
+            jnp.asarray(jnp.nan, dtype))
+    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap, C = jax.lax.while_loop(outer_cond, outer_body, init)
+    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref, C
 
 
 @jax.tree_util.register_static
@@ -741,6 +746,22 @@ def _hold(problem: OCP, arm, dtype):
     z = jnp.zeros(n, dtype)
     tau = _inverse_dynamics(arm, q0, z, z, None)
     return jnp.broadcast_to(jnp.clip(tau, problem.lower, problem.upper), (T, n)).astype(dtype)
+
+
+@jax.custom_jvp
+def _reported_cost(problem: OCP, x, u, value):
+    """:func:`total_cost` of the solution (x, u), whose value the solver has found already
+    (``value``, the cost of the trajectory its line search kept): in a program that does not
+    differentiate the solve, no further copy of the cost terms (the tool's kinematics, ...) is
+    compiled. Its derivatives are those of ``total_cost(problem, x, u)``."""
+    return value
+
+
+@_reported_cost.defjvp
+def _reported_cost_jvp(primals, tangents):
+    problem, x, u, value = primals
+    _, tangent = jax.jvp(total_cost, (problem, x, u), tangents[:3])
+    return value, tangent
 
 
 def total_cost(problem: OCP, x, u):
