@@ -377,38 +377,6 @@ def test_solve_many_carries_each_constrained_problems_penalty_from_round_to_roun
         trajopt.solve_many(blocked, {"goal": goals}, mu=-1.0)
 
 
-def test_an_euler_solve_takes_its_knot_accelerations_from_its_rollouts(reach_solutions):
-    """With an Euler method by name, ddp's step Jacobians read the accelerations at the knots from
-    the line search's accepted rollout (and, in the first trip, from one rollout that starts every
-    step at its knot) instead of evaluating forward dynamics there. Checked against the same step
-    passed as a function, whose Jacobians are jax.jacfwd of the step at the knots, from an
-    infeasible start (states off the dynamics, inputs that do not hold them) and with a rate term;
-    and a chain of 3-iteration solves, each finding its knots' accelerations afresh, follows the
-    single solve exactly."""
-    arm, _, goal, _, _, x_init = reach_solutions
-    costs = reach_costs(arm) + terms.input_rate(1e-3)
-    solve = jaxarm.jit(lambda p, x: trajopt.ddp(p, x_init=x))
-    for x in (None, x_init):
-        by_name = trajopt.ocp(arm, Q0, T, DT, costs=costs, params={"goal": goal}, method="semi_implicit_euler")
-        as_function = by_name.replace(method=integrators.semi_implicit_euler)
-        a, b = solve(by_name, x), solve(as_function, x)
-        assert bool(a.converged) and bool(b.converged), (a.reason(), b.reason())
-        assert int(a.iterations) == int(b.iterations) > 3
-        k = int(a.iterations)
-        assert_close(np.asarray(a.history.cost[:k]), np.asarray(b.history.cost[:k]), rtol=1e-9)
-        assert_close(np.asarray(a.history.gap[:k]), np.asarray(b.history.gap[:k]), rtol=1e-9, atol=1e-12)
-        assert_close(np.asarray(a.u), np.asarray(b.u), atol=1e-8)
-    resume = jaxarm.jit(lambda u, x, reg: trajopt.ddp(by_name, u, x, regularization=reg, max_iterations=3))
-    r = trajopt.ddp(by_name, x_init=x_init, max_iterations=3)
-    costs, calls = list(np.asarray(r.history.cost[:3])), 1
-    while int(r.status) == ITERATION_LIMIT and calls < 50:
-        r = resume(r.u, r.x, r.history.regularization[int(r.iterations) - 1])
-        costs += list(np.asarray(r.history.cost[: int(r.iterations)]))
-        calls += 1
-    assert bool(r.converged) and calls > 2, r.reason()
-    assert_close(np.asarray(costs), np.asarray(a.history.cost[: int(a.iterations)]), rtol=1e-12)
-
-
 def test_a_solve_resumed_in_short_rounds_follows_one_ddp_solve_exactly(reach_solutions):
     """A keep-out sphere solved by one ddp call (22 iterations, 7 augmented-Lagrangian rounds)
     and by a chain of calls of 4 iterations each, every call resuming where the last stopped

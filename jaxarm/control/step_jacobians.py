@@ -34,9 +34,8 @@ def _step(arm, x, u, dt, method, input):
     return jnp.concatenate(_step_pair(arm, x[:n], x[n:], u, dt, method, input))
 
 
-def _step_pair(arm, q, qd, u, dt, method, input, with_accel=False):
-    """:func:`_step` from (q, qd) to (q_{k+1}, qd_{k+1}), kept apart (and, with ``with_accel`` for
-    the Euler methods, the acceleration qdd(q, qd, u) the step took). A time loop should carry
+def _step_pair(arm, q, qd, u, dt, method, input):
+    """:func:`_step` from (q, qd) to (q_{k+1}, qd_{k+1}), kept apart. A time loop should carry
     the two apart: with x = (q, qd) in one vector, XLA:CPU fuses the whole forward dynamics into
     the fusion whose root is their concatenation, and under ``jax.vmap`` that fusion is a loop
     over the batch and the state's entries that computes the dynamics again for every entry and
@@ -51,20 +50,13 @@ def _step_pair(arm, q, qd, u, dt, method, input, with_accel=False):
     def fd(q, qd, u):
         return _forward_dynamics_factored(arm, q, qd, _joint_torque(arm, u, qd, input, False))[0]
 
-    seen = []
-
     def accel(t, q, qd):
         # an Euler step reads the acceleration twice (qd+ and q+): stored once, not fused into
         # both (the solvers' line search; UR5 solver 29.4k -> 28.1k lines of optimized HLO,
         # compile 3.4-3.6 -> 3.1-3.3 s, the same warm solve)
-        a = computed_once(fd, q, qd, u) if method in _EULER else fd(q, qd, u)
-        seen.append(a)
-        return a
+        return computed_once(fd, q, qd, u) if method in _EULER else fd(q, qd, u)
 
     q, qd, _ = step(accel, 0.0, q, qd, dt)
-    if with_accel:  # an Euler step evaluates the dynamics once, at (q, qd) itself
-        assert len(seen) == 1, "_step_pair: with_accel needs an Euler method"
-        return q, qd, seen[0]
     return q, qd
 
 
@@ -192,10 +184,9 @@ def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False):
     return A, b, P, acc, L, J
 
 
-def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False, qdd=None):
+def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False):
     """x_{k+1} (T, 2n), A_k = dF/dx (T, 2n, 2n) and B_k = dF/du (T, 2n, n) of the integrator step
-    at every (x_k, u_k) (T, 2n), (T, n). ``qdd`` (T, n): for the Euler methods, the accelerations
-    at the knots when the caller has them already (a solver's accepted rollout), else computed here.
+    at every (x_k, u_k) (T, 2n), (T, n).
 
     For the Runge-Kutta methods by name the Jacobian is built from the Jacobians of the state
     derivative f(x, u) = (qd, qdd) at the stage points, by the chain rule through the stages
@@ -218,7 +209,7 @@ def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False, qdd
     if isinstance(method, str) and method in _EULER:
         # one evaluation per knot: a = qdd(x, u); semi-implicit: qd+ = qd + a dt, q+ = q + qd+ dt;
         # explicit (Craig 6.117): qd+ = qd + a dt, q+ = q + qd dt + a dt^2 / 2
-        a = _accel_once(arm, xs, us, input, fe, saturate) if qdd is None else qdd
+        a = _accel_once(arm, xs, us, input, fe, saturate)
         Ja, _ = _accel_jacobians(arm, xs, us, a, input, fe, saturate)  # (T, n, 3n)
         q, qd = xs[:, :n], xs[:, n:]
         c = dt * dt if method == "semi_implicit_euler" else 0.5 * dt * dt

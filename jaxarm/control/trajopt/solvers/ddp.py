@@ -42,7 +42,7 @@ import numpy as np
 from ....dynamics import linalg
 from ....model import checks
 from ....simulate.batch import _strong
-from ...step_jacobians import _EULER, _step_jacobians, _step_pair, _step_second_derivatives
+from ...step_jacobians import _step_jacobians, _step_pair, _step_second_derivatives
 from ..ocp import OCP, _finite, solver_arm
 from .implicit import solution_vjp
 from .knots import (_at_knots, _constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
@@ -342,14 +342,14 @@ def ddp(
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
     split = checks.TracedLeaves(problem)
-    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update, final_cost = _solve(
+    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update = _solve(
         split.traced, us0, xs0, (lam0, reg0, mu0, viol0, rounds0), options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
     ks = jnp.arange(T + 1)
     xu = jnp.concatenate([xs, jnp.concatenate([us, jnp.zeros((1, n), dtype)])], axis=1)
-    cost = _reported_cost(problem, xs, us, final_cost)
+    cost = total_cost(problem, xs, us)
     cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
     viol = jnp.max(_violation(cv, active, eq), initial=0.0)
     finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
@@ -424,16 +424,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     has_scalars = any(t.kind == "scalar" for t in problem.costs)
     lower = jnp.asarray(problem.lower, dtype)
     upper = jnp.asarray(problem.upper, dtype)
-    # The Euler methods evaluate the dynamics once per step, at the knot itself: the line search's
-    # rollout then gives the accelerations at the knots of the trajectory it returns, and the step
-    # Jacobians take them from there instead of a forward dynamics of their own (a second copy of
-    # it in the compiled solver). Each round's first trip finds them by the same rollout started
-    # at every knot ("fresh" below).
-    reuse = isinstance(problem.method, str) and problem.method in _EULER
-    if reuse:
-        step = lambda q, qd, u: _step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input, with_accel=True)  # noqa: E731
-    else:
-        step = lambda q, qd, u: (*_step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input), jnp.zeros((0,), dtype))  # noqa: E731
+    step = lambda q, qd, u: _step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input)  # noqa: E731
     ks = jnp.arange(T + 1)
     # an input-rate term couples consecutive inputs: the solver's state is then (x, u_{k-1}) (3n),
     # with u_{k-1} moved on by the dynamics (u_prev+ = u) and the rate a least-squares cost of the knot
@@ -443,19 +434,16 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         return jnp.concatenate([us, jnp.zeros((1, n), dtype)])
 
     def objective(xs, us, lam, mu):
-        """The augmented Lagrangian the line search compares, and the cost alone (what ddp reports)."""
         xu = jnp.concatenate([xs, pad(us)], axis=1)
-        values, costs = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip,
-                                                                                  with_cost=True), xu, ks, lam)
-        rate_cost = _rate_cost(problem, us)
-        return jnp.sum(values) + rate_cost, jnp.sum(costs) + rate_cost
+        knots = jnp.sum(_at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip), xu, ks, lam))
+        return knots + _rate_cost(problem, us)
 
     def constraint_values(xs, us):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
         return jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
 
-    def dynamics(xs, us, acc):
-        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input, qdd=acc if reuse else None)
+    def dynamics(xs, us):
+        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
         gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
         if rate:  # (x, u_prev)+ = (F(x, u), u): no gap in u_prev, which is always the previous input
             A = jnp.zeros((T, 3 * n, 3 * n), dtype).at[:, : 2 * n, : 2 * n].set(A)
@@ -532,107 +520,71 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         g2 = 0.5 * jnp.sum(jnp.einsum("ki,kij,kj->k", dxu, H, dxu))
         return g1, g2
 
-    def forward(xs, us, gaps, bw, alpha, fresh):
-        """The line search's rollout: (x, u) along the step alpha, and the accelerations at its
-        knots (Euler methods). ``fresh``: every step starts from its knot x_k with u_k as it is,
-        so the rollout's states are F(x_k, u_k) and its accelerations those at the knots."""
+    def forward(xs, us, gaps, bw, alpha):
         prev = _rate_parts(problem, us)[1] if rate else us  # (unused without a rate term)
 
         # q and qd carried apart (see _step_pair: batched, a concatenated state made this loop 14x slower)
         def one(carry, d):
             q, qd, up = carry
             x_ref, up_ref, u_ref, k, K, f_next = d
-            q, qd = jnp.where(fresh, x_ref[:n], q), jnp.where(fresh, x_ref[n:], qd)
             x = jnp.concatenate([q, qd])
             dx = jnp.concatenate([x - x_ref, up - up_ref]) if rate else x - x_ref
-            u = jnp.where(fresh, u_ref, jnp.clip(u_ref + alpha * k + K @ dx, lower, upper))
-            q_next, qd_next, a = step(q, qd, u)
+            u = jnp.clip(u_ref + alpha * k + K @ dx, lower, upper)
+            q_next, qd_next = step(q, qd, u)
             q_next = q_next - (1.0 - alpha) * f_next[:n]
             qd_next = qd_next - (1.0 - alpha) * f_next[n: 2 * n]
-            return (q_next, qd_next, u), (q_next, qd_next, u, a)
+            return (q_next, qd_next, u), (q_next, qd_next, u)
 
         x0 = xs[0] + alpha * gaps[0, : 2 * n]
-        _, (qn, qdn, un, an) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
-        return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un, an
+        _, (qn, qdn, un) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
+        return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un
 
-    def inner(xs, us, lam, mu, it, log, gap, C):
+    def inner(xs, us, lam, mu, it, log, gap):
+        J = objective(xs, us, lam, mu)
 
         def cond(c):
             return (c[5] < max_iterations) & ~c[6] & ~c[7]
 
         def body(c):
-            # fresh (the first trip of a round): no iteration, only the round's objective at (x, u)
-            # (the multipliers changed) and, for the Euler methods, the accelerations at the knots,
-            # from a rollout that starts every step at its knot, both through the same compiled
-            # line search (the linearization is skipped by a conditional; its placeholders are not
-            # read): one compiled copy of the objective and of the dynamics instead of two
-            xs, us, J, reg, fails, it, done, stop, log, gap_in, acc, fresh, C = c
-
-            def linearized():  # the iteration's model: gaps, step Jacobians, knot quadratics, backward pass
-                gaps, A, B = dynamics(xs, us, acc)
-                xu = jnp.concatenate([xs, pad(us)], axis=1)
-                g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
-                                 xu, ks, lam)
-                if rate:
-                    g, H = with_rate(g, H, us)
-                if second_order:
-                    # DDP's step where its model is convex along the way back (every Q_uu positive
-                    # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
-                    # the costates make V'_x . F_zz indefinite
-                    D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
-                    exact, H_exact = backward(xs, us, A, B, gaps, g, H, reg, D, True)
-                    bw, H = jax.lax.cond(exact.ok, lambda: (exact, H_exact), lambda: backward(xs, us, A, B, gaps, g, H, reg, D, False))
-                else:
-                    bw, H = backward(xs, us, A, B, gaps, g, H, reg, jnp.zeros((T, 0), dtype), False)
-                g1, g2 = expected(bw, A, B, gaps, g, H)
-                return gaps, A, B, g, H, bw, g1, g2
-
-            def skipped():  # the fresh trip's placeholders (its rollout starts every step at its knot)
-                nx = 3 * n if rate else 2 * n
-                z = lambda *shape: jnp.zeros(shape, dtype)  # noqa: E731
-                return (z(T + 1, nx), z(T, nx, nx), z(T, nx, n), z(T + 1, nx + n), z(T + 1, nx + n, nx + n),
-                        _Backward(z(T, n), z(T, n, nx), jnp.asarray(True)), z(), z())
-
-            gaps, A, B, g, H, bw, g1, g2 = jax.lax.cond(fresh, skipped, linearized)
+            xs, us, J, reg, fails, it, done, stop, log, _ = c
+            gaps, A, B = dynamics(xs, us)
+            xu = jnp.concatenate([xs, pad(us)], axis=1)
+            g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
+                             xu, ks, lam)
+            if rate:
+                g, H = with_rate(g, H, us)
+            if second_order:
+                # DDP's step where its model is convex along the way back (every Q_uu positive
+                # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
+                # the costates make V'_x . F_zz indefinite
+                D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
+                exact, H_exact = backward(xs, us, A, B, gaps, g, H, reg, D, True)
+                bw, H = jax.lax.cond(exact.ok, lambda: (exact, H_exact), lambda: backward(xs, us, A, B, gaps, g, H, reg, D, False))
+            else:
+                bw, H = backward(xs, us, A, B, gaps, g, H, reg, jnp.zeros((T, 0), dtype), False)
+            g1, g2 = expected(bw, A, B, gaps, g, H)
             gap = jnp.max(jnp.abs(gaps))
             feasible = gap <= tol_gap
-            small = bw.ok & feasible & (-(g1 + g2) <= tol * jnp.maximum(jnp.abs(J), 1e-12)) & ~fresh
+            small = bw.ok & feasible & (-(g1 + g2) <= tol * jnp.maximum(jnp.abs(J), 1e-12))
 
             def ls_cond(c):
                 j, alpha, *_, accepted = c
-                return (j < line_search_steps) & ~accepted & ((bw.ok & ~small) | fresh)
+                return (j < line_search_steps) & ~accepted & bw.ok & ~small
 
             def ls_body(c):
                 j, alpha, *_ = c
-                if reuse:
-                    x_new, u_new, a_new = forward(xs, us, gaps, bw, alpha, fresh)
-                    J_new, C_new = objective(jnp.where(fresh, xs, x_new), jnp.where(fresh, us, u_new), lam, mu)
-                else:  # (a fresh trip needs no rollout here)
-                    x_new, u_new, a_new = jax.lax.cond(fresh, lambda: (xs, us, acc), lambda: forward(xs, us, gaps, bw, alpha, False))
-                    J_new, C_new = objective(x_new, u_new, lam, mu)
+                x_new, u_new = forward(xs, us, gaps, bw, alpha)
+                J_new = objective(x_new, u_new, lam, mu)
                 dJ = J_new - J
                 model = alpha * g1 + alpha**2 * g2
                 # descent expected: Armijo on the model's decrease; an increase expected (closing
                 # gaps may cost): accept up to twice the predicted increase (as Crocoddyl's FDDP)
-                accepted = fresh | (jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model))
-                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, a_new, J_new, C_new, accepted
+                accepted = jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model)
+                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, J_new, accepted
 
             one = jnp.asarray(1.0, dtype)
-            _, alpha, x_new, u_new, a_new, J_new, C_new, accepted = jax.lax.while_loop(
-                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, acc, J, C, jnp.asarray(False)))
-            # the accelerations at the knots of the trajectory kept (those of the accepted rollout,
-            # or of the fresh trip's rollout from the knots)
-            acc = jnp.where(accepted, a_new, acc)
-            C = jnp.where(accepted, C_new, C)  # the cost of the trajectory kept
-            # the fresh trip sets the objective and changes nothing else: no iteration is counted or logged
-            c_new = body_rest(xs, us, J, reg, fails, it, done, stop, log, gap, g1, g2, small, feasible,
-                              alpha, x_new, u_new, J_new, accepted)
-            c_old = (xs, us, J_new, reg, fails, it, done, stop, log, gap_in)
-            kept = jax.tree_util.tree_map(lambda a, b: jnp.where(fresh, b, a), c_new, c_old)
-            return (*kept, acc, jnp.zeros_like(fresh), C)
-
-        def body_rest(xs, us, J, reg, fails, it, done, stop, log, gap, g1, g2, small, feasible, alpha, x_new, u_new,
-                      J_new, accepted):
+            _, alpha, x_new, u_new, J_new, accepted = jax.lax.while_loop(
+                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, J, jnp.asarray(False)))
             log = DDPLog(log.cost.at[it].set(jnp.where(accepted, J_new, J)), log.gap.at[it].set(gap),
                          log.alpha.at[it].set(jnp.where(accepted, alpha, 0.0)), log.regularization.at[it].set(reg),
                          log.expected.at[it].set(g1 + g2))
@@ -650,21 +602,20 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             gap = jnp.where(accepted, (1.0 - alpha) * gap, gap)
             return xs, us, J, reg, fails, it + 1, done, stop, log, gap
 
-        acc = jnp.zeros((T, n if reuse else 0), dtype)  # the knots' accelerations, found by the fresh trip
-        init = (xs, us, jnp.zeros((), dtype), regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False),
-                log, gap, acc, jnp.asarray(True), C)
-        xs, us, J, reg, fails, it, done, stop, log, gap, acc, fresh, C = jax.lax.while_loop(cond, body, init)
-        return xs, us, it, done, stop, log, gap, C
+        init = (xs, us, J, regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log,
+                gap)
+        xs, us, J, reg, fails, it, done, stop, log, gap = jax.lax.while_loop(cond, body, init)
+        return xs, us, it, done, stop, log, gap
 
     # (a round stopped by the iteration limit or without progress ends the loop: another round
     # follows only one whose DDP iterations converged, after its multiplier update)
     def outer_cond(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap, C = c
+        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap = c
         return (trips == 0) | ((rounds < al_iterations) & (viol > tol_violation) & (it < max_iterations) & ~stop)
 
     def outer_body(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap, C = c
-        xs, us, it, done, stop, log, gap, C = inner(xs, us, lam, mu, it, log, gap, C)
+        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap = c
+        xs, us, it, done, stop, log, gap = inner(xs, us, lam, mu, it, log, gap)
         cv, active = constraint_values(xs, us)
         viol = jnp.max(_violation(cv, active, eq), initial=0.0)
         # the multiplier update (Nocedal & Wright 2006, eqs 17.39 and 17.65) after a converged round
@@ -675,14 +626,13 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         # raise the penalty only when the violation did not drop fourfold (Conn, Gould & Toint 1991)
         mu = jnp.where(update & (viol > tol_violation) & (viol > 0.25 * viol_ref), jnp.minimum(mu * mu_growth, mu_max), mu)
         return (xs, us, lam, mu, rounds + update.astype(rounds.dtype), trips + 1, it, done, stop, viol,
-                jnp.where(update, viol, viol_ref), log, gap, C)
+                jnp.where(update, viol, viol_ref), log, gap)
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
     init = (xs0, us0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
-            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype),
-            jnp.asarray(jnp.nan, dtype))
-    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap, C = jax.lax.while_loop(outer_cond, outer_body, init)
-    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref, C
+            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
+    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap = jax.lax.while_loop(outer_cond, outer_body, init)
+    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref
 
 
 @jax.tree_util.register_static
@@ -746,22 +696,6 @@ def _hold(problem: OCP, arm, dtype):
     z = jnp.zeros(n, dtype)
     tau = _inverse_dynamics(arm, q0, z, z, None)
     return jnp.broadcast_to(jnp.clip(tau, problem.lower, problem.upper), (T, n)).astype(dtype)
-
-
-@jax.custom_jvp
-def _reported_cost(problem: OCP, x, u, value):
-    """:func:`total_cost` of the solution (x, u), whose value the solver has found already
-    (``value``, the cost of the trajectory its line search kept): in a program that does not
-    differentiate the solve, no further copy of the cost terms (the tool's kinematics, ...) is
-    compiled. Its derivatives are those of ``total_cost(problem, x, u)``."""
-    return value
-
-
-@_reported_cost.defjvp
-def _reported_cost_jvp(primals, tangents):
-    problem, x, u, value = primals
-    _, tangent = jax.jvp(total_cost, (problem, x, u), tangents[:3])
-    return value, tangent
 
 
 def total_cost(problem: OCP, x, u):
