@@ -342,14 +342,14 @@ def ddp(
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
     split = checks.TracedLeaves(problem)
-    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update = _solve(
+    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update, final_cost = _solve(
         split.traced, us0, xs0, (lam0, reg0, mu0, viol0, rounds0), options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
     ks = jnp.arange(T + 1)
     xu = jnp.concatenate([xs, jnp.concatenate([us, jnp.zeros((1, n), dtype)])], axis=1)
-    cost = total_cost(problem, xs, us)
+    cost = _reported_cost(problem, xs, us, final_cost)
     cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
     viol = jnp.max(_violation(cv, active, eq), initial=0.0)
     finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(xs))
@@ -434,9 +434,12 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         return jnp.concatenate([us, jnp.zeros((1, n), dtype)])
 
     def objective(xs, us, lam, mu):
+        """The augmented Lagrangian the line search compares, and the cost alone (what ddp reports)."""
         xu = jnp.concatenate([xs, pad(us)], axis=1)
-        knots = jnp.sum(_at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip), xu, ks, lam))
-        return knots + _rate_cost(problem, us)
+        values, costs = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip,
+                                                                                  with_cost=True), xu, ks, lam)
+        rate_cost = _rate_cost(problem, us)
+        return jnp.sum(values) + rate_cost, jnp.sum(costs) + rate_cost
 
     def constraint_values(xs, us):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
@@ -540,13 +543,13 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un
 
     def inner(xs, us, lam, mu, it, log, gap):
-        J = objective(xs, us, lam, mu)
+        J, C = objective(xs, us, lam, mu)
 
         def cond(c):
-            return (c[5] < max_iterations) & ~c[6] & ~c[7]
+            return (c[6] < max_iterations) & ~c[7] & ~c[8]
 
         def body(c):
-            xs, us, J, reg, fails, it, done, stop, log, _ = c
+            xs, us, J, C, reg, fails, it, done, stop, log, _ = c
             gaps, A, B = dynamics(xs, us)
             xu = jnp.concatenate([xs, pad(us)], axis=1)
             g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
@@ -574,23 +577,23 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             def ls_body(c):
                 j, alpha, *_ = c
                 x_new, u_new = forward(xs, us, gaps, bw, alpha)
-                J_new = objective(x_new, u_new, lam, mu)
+                J_new, C_new = objective(x_new, u_new, lam, mu)
                 dJ = J_new - J
                 model = alpha * g1 + alpha**2 * g2
                 # descent expected: Armijo on the model's decrease; an increase expected (closing
                 # gaps may cost): accept up to twice the predicted increase (as Crocoddyl's FDDP)
                 accepted = jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model)
-                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, J_new, accepted
+                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, J_new, C_new, accepted
 
             one = jnp.asarray(1.0, dtype)
-            _, alpha, x_new, u_new, J_new, accepted = jax.lax.while_loop(
-                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, J, jnp.asarray(False)))
+            _, alpha, x_new, u_new, J_new, C_new, accepted = jax.lax.while_loop(
+                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, J, C, jnp.asarray(False)))
             log = DDPLog(log.cost.at[it].set(jnp.where(accepted, J_new, J)), log.gap.at[it].set(gap),
                          log.alpha.at[it].set(jnp.where(accepted, alpha, 0.0)), log.regularization.at[it].set(reg),
                          log.expected.at[it].set(g1 + g2))
             rel = jnp.abs(J - J_new) / jnp.maximum(jnp.abs(J), 1e-12)
             done = small | (accepted & feasible & (alpha == 1.0) & (rel < tol))
-            xs, us, J = (jnp.where(accepted, a, b) for a, b in ((x_new, xs), (u_new, us), (J_new, J)))
+            xs, us, J, C = (jnp.where(accepted, a, b) for a, b in ((x_new, xs), (u_new, us), (J_new, J), (C_new, C)))
             ok = accepted | small
             raised = jnp.maximum(reg * reg_factor ** (fails + 1), reg_min)
             lowered = jnp.where(reg / reg_factor >= reg_min, reg / reg_factor, 0.0)  # back to exact Newton steps
@@ -600,22 +603,22 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             # the forward pass leaves gaps (1 - alpha) f exactly (x_{k+1} = F(x_k, u_k) - (1 - alpha) f_{k+1}):
             # the final trajectory's gaps without another compiled copy of the dynamics
             gap = jnp.where(accepted, (1.0 - alpha) * gap, gap)
-            return xs, us, J, reg, fails, it + 1, done, stop, log, gap
+            return xs, us, J, C, reg, fails, it + 1, done, stop, log, gap
 
-        init = (xs, us, J, regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log,
+        init = (xs, us, J, C, regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log,
                 gap)
-        xs, us, J, reg, fails, it, done, stop, log, gap = jax.lax.while_loop(cond, body, init)
-        return xs, us, it, done, stop, log, gap
+        xs, us, J, C, reg, fails, it, done, stop, log, gap = jax.lax.while_loop(cond, body, init)
+        return xs, us, it, done, stop, log, gap, C
 
     # (a round stopped by the iteration limit or without progress ends the loop: another round
     # follows only one whose DDP iterations converged, after its multiplier update)
     def outer_cond(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap = c
+        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap, C = c
         return (trips == 0) | ((rounds < al_iterations) & (viol > tol_violation) & (it < max_iterations) & ~stop)
 
     def outer_body(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap = c
-        xs, us, it, done, stop, log, gap = inner(xs, us, lam, mu, it, log, gap)
+        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap, _ = c
+        xs, us, it, done, stop, log, gap, C = inner(xs, us, lam, mu, it, log, gap)
         cv, active = constraint_values(xs, us)
         viol = jnp.max(_violation(cv, active, eq), initial=0.0)
         # the multiplier update (Nocedal & Wright 2006, eqs 17.39 and 17.65) after a converged round
@@ -626,13 +629,14 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         # raise the penalty only when the violation did not drop fourfold (Conn, Gould & Toint 1991)
         mu = jnp.where(update & (viol > tol_violation) & (viol > 0.25 * viol_ref), jnp.minimum(mu * mu_growth, mu_max), mu)
         return (xs, us, lam, mu, rounds + update.astype(rounds.dtype), trips + 1, it, done, stop, viol,
-                jnp.where(update, viol, viol_ref), log, gap)
+                jnp.where(update, viol, viol_ref), log, gap, C)
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
     init = (xs0, us0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
-            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype))
-    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap = jax.lax.while_loop(outer_cond, outer_body, init)
-    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref
+            jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype),
+            jnp.asarray(jnp.nan, dtype))
+    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap, C = jax.lax.while_loop(outer_cond, outer_body, init)
+    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref, C
 
 
 @jax.tree_util.register_static
@@ -696,6 +700,22 @@ def _hold(problem: OCP, arm, dtype):
     z = jnp.zeros(n, dtype)
     tau = _inverse_dynamics(arm, q0, z, z, None)
     return jnp.broadcast_to(jnp.clip(tau, problem.lower, problem.upper), (T, n)).astype(dtype)
+
+
+@jax.custom_jvp
+def _reported_cost(problem: OCP, x, u, value):
+    """:func:`total_cost` of the solution (x, u), whose value the solver has found already
+    (``value``: the cost of the trajectory it kept, from the objective it evaluated there), so that
+    a program that does not differentiate the solve compiles no further copy of the cost terms
+    (the tool's kinematics, ...). Its derivatives are those of ``total_cost(problem, x, u)``."""
+    return value
+
+
+@_reported_cost.defjvp
+def _reported_cost_jvp(primals, tangents):
+    problem, x, u, value = primals
+    _, tangent = jax.jvp(total_cost, (problem, x, u), tangents[:3])
+    return value, tangent
 
 
 def total_cost(problem: OCP, x, u):

@@ -115,11 +115,13 @@ def _knot_cost(problem, arm, xu, k, skip=frozenset()):
     return jnp.sum(w * r**2) + _scalars(problem, arm, xu, k, skip)
 
 
-def _knot_value(problem, arm, eq, xu, k, lam, mu, skip=frozenset()):
+def _knot_value(problem, arm, eq, xu, k, lam, mu, skip=frozenset(), with_cost=False):
+    """The augmented Lagrangian at knot k: its cost plus the constraints' terms (and, with
+    ``with_cost``, the cost alone as well)."""
     val = _knot_cost(problem, arm, xu, k, skip)
     c, active = _constraints(problem, arm, xu, k)
     al, _, _ = _al_parts(c, active, eq, lam, mu)
-    return val + jnp.sum(al)
+    return (val + jnp.sum(al), val) if with_cost else val + jnp.sum(al)
 
 
 def _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam, mu, skip=frozenset()):
