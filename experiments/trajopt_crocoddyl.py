@@ -33,7 +33,9 @@ Then (JSON line per figure): iterations, warm solve time (median of 3), jaxarm's
 (trace + compile + solve, ``jaxarm.jit`` and plain ``jax.jit``), and batches of goals: one
 ``jax.vmap``-ed call for B goals against B sequential Crocoddyl solves (solves per second), and
 the same goals through ``trajopt.solve_many`` (``--pool slots,round_iterations``, default 4,10:
-a pool of 4 slots, finished problems replaced after every 10 iterations).
+a pool of 4 slots, finished problems replaced after every 10 iterations). ``--parts``: where
+jaxarm's first call goes (line ``first_call_parts``: a fresh jit of the same solve traced,
+lowered to StableHLO and compiled by XLA apart, then run; and the lines of its optimized HLO).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def crocoddyl(python, spec):
     return json.loads(proc.stdout)
 
 
-def run_arm(name, robots, python, batches, repeats, pool=None):
+def run_arm(name, robots, python, batches, repeats, pool=None, parts=False):
     rel, base, tip, q0, locked, offset = ARMS[name]
     urdf = robots / rel
     arm = jaxarm.load_arm(str(urdf), base_link=base, tip_link=tip)
@@ -147,6 +149,23 @@ def run_arm(name, robots, python, batches, repeats, pool=None):
          converged=c0["converged"], solve_s=round(c0["solve_s"], 4), first_call_s=round(c0["solve_s"] + c0["build_s"], 4),
          cost=c0["cost"])
 
+    if parts:  # where the first call goes: a fresh closure of the same solve, traced, lowered and compiled apart
+        import time
+
+        fresh = jax.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g})), compiler_options=jaxarm.compiler_options())
+        t0 = time.perf_counter()
+        traced = fresh.trace(jnp.asarray(goal))
+        t1 = time.perf_counter()
+        lowered = traced.lower()
+        t2 = time.perf_counter()
+        compiled = lowered.compile()
+        t3 = time.perf_counter()
+        jax.block_until_ready(compiled(jnp.asarray(goal)))
+        t4 = time.perf_counter()
+        emit(arm=name, quantity="first_call_parts", trace_s=round(t1 - t0, 2), lower_s=round(t2 - t1, 2),
+             compile_s=round(t3 - t2, 2), solve_s=round(t4 - t3, 3), total_s=round(t4 - t0, 2),
+             optimized_hlo_lines=compiled.as_text().count("\n"))
+
     croc_seq = [r["solve_s"] for r in croc["solves"]]
     for b in batches:
         batched = jaxarm.jit(jax.vmap(lambda g: trajopt.ddp(problem.replace(params={"goal": g}))))
@@ -178,6 +197,8 @@ def main(argv=None):
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--quick", action="store_true", help="UR5 only, batches 1 and 8, one timing repeat")
     ap.add_argument("--pool", default="4,10", help="also trajopt.solve_many: slots,round_iterations ('none' to skip)")
+    ap.add_argument("--parts", action="store_true",
+                    help="also where jaxarm's first call goes: trace, lower, XLA compile, solve, lines of optimized HLO")
     args = ap.parse_args(argv)
     if args.setup:
         setup()
@@ -196,7 +217,7 @@ def main(argv=None):
         if name not in ARMS:
             ap.error(f"--arms: unknown arm {name!r}; expected some of {', '.join(ARMS)}")
         pool = None if args.pool == "none" else tuple(int(v) for v in args.pool.split(","))
-        run_arm(name, robots, python, batches, 1 if args.quick else 3, pool)
+        run_arm(name, robots, python, batches, 1 if args.quick else 3, pool, args.parts)
     return 0
 
 

@@ -88,7 +88,7 @@ def _accel_once(arm, xs, us, input, fe=None, saturate=False):
 
 def _accel_jacobians(arm, xs, us, qdd, input, fe=None, saturate=False):
     """d qdd / d(q, qd, u) (N, n, 3n) at the N points x = (q, qd) (N, 2n), u (N, n), given qdd
-    (N, n) there, and the Cholesky factors L (N, n, n) of M(q) they were solved with: from
+    (N, n) there, and the lower Cholesky factors L (N, n, n) of M(q) at those points: from
     ID(q, qd, FD(q, qd, tau)) = tau (Carpentier & Mansard 2018, Sec. III-B), d qdd/dq = -M^-1 dID/dq,
     d qdd/dqd = M^-1 (dtau/dqd - dID/dqd), d qdd/du = M^-1 dtau/du, with dID/d(q, qd, qdd) at fixed
     qdd by forward mode through Newton-Euler along the 3n directions of (q, qd, qdd): the last n
