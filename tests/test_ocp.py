@@ -408,6 +408,24 @@ def test_a_solve_resumed_in_short_rounds_follows_one_ddp_solve_exactly(reach_sol
     assert_close(np.asarray(costs), np.asarray(one.history.cost[: int(one.iterations)]), rtol=1e-10)
     assert int(r.al_rounds) == int(one.al_rounds) and float(r.penalty) == float(one.penalty)
     assert_close(np.asarray(r.u), np.asarray(one.u), atol=1e-9)
+    # the same chain handing on the knots' accelerations (qdd_init): the same iterates, the
+    # accelerations not evaluated again; and NaN accelerations are evaluated, as none given
+    handed = jaxarm.jit(lambda u, x, lam, mu, viol, rounds, reg, qdd: trajopt.ddp(
+        blocked, u, x, multipliers=lam, mu=mu, last_violation=viol, al_rounds=rounds, regularization=reg, qdd_init=qdd,
+        max_iterations=4))
+    r = trajopt.ddp(blocked, max_iterations=4)
+    costs_handed = list(np.asarray(r.history.cost[:4]))
+    for calls in range(50):
+        if int(r.status) != ITERATION_LIMIT:
+            break
+        qdd = r.qdd if calls % 2 == 0 else jnp.full_like(r.qdd, jnp.nan)
+        r = handed(r.u, r.x, r.multipliers, r.penalty, r.update_violation, r.al_rounds,
+                   r.history.regularization[int(r.iterations) - 1], qdd)
+        costs_handed += list(np.asarray(r.history.cost[: int(r.iterations)]))
+    assert bool(r.converged), r.reason()
+    assert_close(np.asarray(costs_handed), np.asarray(costs), rtol=1e-10)
+    with pytest.raises(ValueError, match="qdd_init"):
+        trajopt.ddp(blocked, qdd_init=jnp.zeros((T + 1, 2)))
     goals = goal + jnp.array([[0.0, 0.0, 0.0], [-0.03, 0.03, 0.0]])
     many = trajopt.solve_many(blocked, {"goal": goals}, slots=1, round_iterations=4)
     single = jaxarm.jit(lambda g: trajopt.ddp(blocked.replace(params={"goal": g})))
@@ -681,6 +699,27 @@ def test_geometric_terms_measure_what_they_say():
     assert value(terms.tool_speed_limit(2.0)) == pytest.approx(np.sum(v**2) / 4.0 - 1.0, rel=1e-12)
     axis_res = value(terms.tool_axis((1.0, 0.0, 0.0), (0.0, 1.0, 0.0)))
     assert axis_res == pytest.approx(np.asarray(tool[:3, 0]) - np.array([0.0, 1.0, 0.0]), abs=1e-12)
+
+
+@pytest.mark.parametrize("method", ["semi_implicit_euler", "rk3"])
+def test_the_reported_accelerations_are_the_forward_dynamics_at_the_knots_and_differentiate_so(method):
+    """OCPResult.qdd comes from the solver's rollout; it equals the forward dynamics at every
+    knot, and its derivative with respect to the goal (through the solution's implicit
+    gradients) equals that of the forward dynamics evaluated at the differentiated solution."""
+    arm = two_link()
+    problem, goal = reach_ocp(arm, method=method)
+    solve = jaxarm.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g})))
+    r = solve(goal)
+    assert bool(r.converged), r.reason()
+    fd = jax.vmap(lambda q, qd, u: jaxarm.forward_dynamics(arm, q, qd, u))(r.q[:-1], r.qd[:-1], r.u)
+    assert_close(np.asarray(r.qdd), np.asarray(fd), rtol=1e-12, atol=1e-12)
+    assert float(jnp.max(jnp.abs(fd))) > 1.0
+    w = jnp.asarray(np.random.default_rng(0).standard_normal((T, 2)))
+    reported = jax.grad(lambda g: jnp.sum(w * solve(g).qdd))(goal)
+    recomputed = jax.grad(lambda g: jnp.sum(w * jax.vmap(lambda q, qd, u: jaxarm.forward_dynamics(arm, q, qd, u))(
+        solve(g).q[:-1], solve(g).qd[:-1], solve(g).u)))(goal)
+    assert_close(np.asarray(reported), np.asarray(recomputed), rtol=1e-8, atol=1e-10)
+    assert float(jnp.linalg.norm(reported)) > 1e-3
 
 
 def test_total_cost_is_differentiable_with_respect_to_params():

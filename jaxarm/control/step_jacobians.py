@@ -35,7 +35,13 @@ def _step(arm, x, u, dt, method, input):
 
 
 def _step_pair(arm, q, qd, u, dt, method, input):
-    """:func:`_step` from (q, qd) to (q_{k+1}, qd_{k+1}), kept apart. A time loop should carry
+    """:func:`_step` from (q, qd) to (q_{k+1}, qd_{k+1}), kept apart (see :func:`_step_accel`)."""
+    return _step_accel(arm, q, qd, u, dt, method, input)[:2]
+
+
+def _step_accel(arm, q, qd, u, dt, method, input):
+    """:func:`_step` from (q, qd) to (q_{k+1}, qd_{k+1}), kept apart, and the acceleration at
+    (q, qd, u) (the first stage's; an Euler step's only one). A time loop should carry
     the two apart: with x = (q, qd) in one vector, XLA:CPU fuses the whole forward dynamics into
     the fusion whose root is their concatenation, and under ``jax.vmap`` that fusion is a loop
     over the batch and the state's entries that computes the dynamics again for every entry and
@@ -56,8 +62,7 @@ def _step_pair(arm, q, qd, u, dt, method, input):
         # compile 3.4-3.6 -> 3.1-3.3 s, the same warm solve)
         return computed_once(fd, q, qd, u) if method in _EULER else fd(q, qd, u)
 
-    q, qd, _ = step(accel, 0.0, q, qd, dt)
-    return q, qd
+    return step(accel, 0.0, q, qd, dt)
 
 
 _TABLEAUS = {"rk3": integrators.KUTTA3, "rk4": integrators.CLASSICAL_RK4}
@@ -184,9 +189,11 @@ def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False):
     return A, b, P, acc, L, J
 
 
-def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False):
+def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False, qdd=None):
     """x_{k+1} (T, 2n), A_k = dF/dx (T, 2n, 2n) and B_k = dF/du (T, 2n, n) of the integrator step
-    at every (x_k, u_k) (T, 2n), (T, n).
+    at every (x_k, u_k) (T, 2n), (T, n). ``qdd`` (T, n): for the Euler methods, the accelerations
+    at the knots when the caller has them already (the solvers' line search rollout finds them),
+    so that this program holds no forward dynamics of its own.
 
     For the Runge-Kutta methods by name the Jacobian is built from the Jacobians of the state
     derivative f(x, u) = (qd, qdd) at the stage points, by the chain rule through the stages
@@ -209,12 +216,12 @@ def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False):
     if isinstance(method, str) and method in _EULER:
         # one evaluation per knot: a = qdd(x, u); semi-implicit: qd+ = qd + a dt, q+ = q + qd+ dt;
         # explicit (Craig 6.117): qd+ = qd + a dt, q+ = q + qd dt + a dt^2 / 2
-        a = _accel_once(arm, xs, us, input, fe, saturate)
+        a = _accel_once(arm, xs, us, input, fe, saturate) if qdd is None else qdd
         Ja, _ = _accel_jacobians(arm, xs, us, a, input, fe, saturate)  # (T, n, 3n)
         q, qd = xs[:, :n], xs[:, n:]
         c = dt * dt if method == "semi_implicit_euler" else 0.5 * dt * dt
-        qd_next = qd + dt * a
-        q_next = q + dt * qd_next if method == "semi_implicit_euler" else q + dt * qd + c * a
+        # the step itself by the integrator's own formulas (a rollout's states to the last bit)
+        q_next, qd_next, _ = integrators.get_method(method)(lambda t, q, qd: a, 0.0, q, qd, dt)
         eye = jnp.eye(n, dtype=xs.dtype)
         top = jnp.concatenate([jnp.broadcast_to(eye, (T, n, n)), jnp.broadcast_to(dt * eye, (T, n, n)),
                                jnp.zeros((T, n, n), xs.dtype)], axis=2) + c * Ja

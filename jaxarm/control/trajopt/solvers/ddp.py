@@ -42,7 +42,7 @@ import numpy as np
 from ....dynamics import linalg
 from ....model import checks
 from ....simulate.batch import _strong
-from ...step_jacobians import _step_jacobians, _step_pair, _step_second_derivatives
+from ...step_jacobians import _EULER, _accel_factored, _step_accel, _step_jacobians, _step_second_derivatives
 from ..ocp import OCP, _finite, solver_arm
 from .implicit import solution_vjp
 from .knots import (_at_knots, _constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
@@ -98,9 +98,11 @@ class OCPResult(NamedTuple):
     penalty: () the augmented-Lagrangian penalty mu where the solve stopped; al_rounds: () the
     multiplier updates made (augmented-Lagrangian rounds completed, those of the solve it resumed
     included); update_violation: () the constraint violation at the last update (what the next
-    round's penalty rule compares with). To resume a solve where it stopped, as
-    :func:`jaxarm.trajopt.solve_many` does: ``ddp(problem, r.u, r.x, multipliers=r.multipliers,
-    mu=r.penalty, last_violation=r.update_violation, al_rounds=r.al_rounds)``.
+    round's penalty rule compares with); qdd: (T, n) the joint accelerations at the knots,
+    qdd(x_k, u_k), as the solver's rollout found them (differentiable as the forward dynamics
+    there). To resume a solve where it stopped, as :func:`jaxarm.trajopt.solve_many` does:
+    ``ddp(problem, r.u, r.x, multipliers=r.multipliers, mu=r.penalty,
+    last_violation=r.update_violation, al_rounds=r.al_rounds, qdd_init=r.qdd)``.
     """
 
     x: jnp.ndarray
@@ -116,6 +118,7 @@ class OCPResult(NamedTuple):
     penalty: jnp.ndarray
     al_rounds: jnp.ndarray
     update_violation: jnp.ndarray
+    qdd: jnp.ndarray
 
     @property
     def q(self):
@@ -207,6 +210,17 @@ def _box_qp(H, g, lo, hi, iterations: int = 10):
 # --------------------------------------------------------------------------- solver
 
 
+def _unless(skip, compute, otherwise):
+    """``otherwise`` where ``skip``, else ``compute()``: a loop of at most one trip rather than a
+    ``lax.cond``. Under ``jax.vmap`` a cond with a batched predicate becomes a select that
+    evaluates ``compute`` for every problem of the batch, always; a while loop runs its trip when
+    any problem of the batch needs it, so a batch whose problems all skip (the first trip of every
+    round of ``solve_many`` but its first, whose accelerations are known) skips. Not for a large
+    computation inside a loop: the linearization at the end of each DDP trip, wrapped so, made
+    single UR5 solves 0.2-0.3 ms an iteration slower (1.0-1.2 ms against 0.83 with a lax.cond)."""
+    return jax.lax.while_loop(lambda c: c[0], lambda c: (jnp.asarray(False), compute()), (~skip, otherwise))[1]
+
+
 class _Backward(NamedTuple):
     k: jnp.ndarray  # (T, n) feedforward du
     K: jnp.ndarray  # (T, n, 2n) feedback gains (zero rows for clamped inputs)
@@ -237,6 +251,7 @@ def ddp(
     last_violation=None,
     al_rounds=0,
     update_at_limit: bool = False,
+    qdd_init=None,
 ) -> OCPResult:
     """Solve an :class:`jaxarm.trajopt.OCP` by box-constrained feasibility-driven DDP (see the
     module docstring) with an augmented Lagrangian for its constraints.
@@ -250,7 +265,10 @@ def ddp(
     ``experiments/trajopt_ddp.py`` the default start needs 39 iterations against 44 from the
     rollout, and it leaves the rollout's compiled copy of the dynamics out of the program.
     multipliers: (T+1, m) the constraints' multipliers to start from (a warm start,
-    e.g. ``previous.multipliers``).
+    e.g. ``previous.multipliers``). qdd_init: (T, n) the joint accelerations at the knots of
+    (x_init, u_init), qdd(x_k, u_k) (a previous result's ``qdd`` with its x and u), so that the
+    solve does not evaluate them again (one rollout fewer); any non-finite entry: evaluated (as
+    without).
     regularization: the Levenberg-Marquardt regularization of Q_uu to start (each
     augmented-Lagrangian round) from: a number, or a scalar array (traced, e.g. the last entry of a
     previous result's ``history.regularization``, to resume a solve where it stopped).
@@ -328,6 +346,9 @@ def ddp(
         if xs0.shape != (T + 1, 2 * n):
             raise ValueError(f"{func}: x_init: expected shape ({T + 1}, {2 * n}) (states q, qd at the T+1 knots), got {xs0.shape}")
         _finite(xs0, "x_init", func, show_values=False)
+    acc0 = jnp.full((T, n), jnp.nan, dtype) if qdd_init is None else jnp.asarray(qdd_init, dtype)
+    if acc0.shape != (T, n):
+        raise ValueError(f"{func}: qdd_init: expected shape ({T}, {n}) (the accelerations at the T knots of x_init), got {acc0.shape}")
     lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
@@ -342,8 +363,8 @@ def ddp(
     # the program, so that the dynamics fold the arm's structural zeros and its body model is
     # computed once, in NumPy, instead of in every iteration
     split = checks.TracedLeaves(problem)
-    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update, final_cost = _solve(
-        split.traced, us0, xs0, (lam0, reg0, mu0, viol0, rounds0), options, split)
+    xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_update, final_cost, acc = _solve(
+        split.traced, us0, xs0, (lam0, reg0, mu0, viol0, rounds0, acc0), options, split)
 
     arm = solver_arm(problem)
     eq = jnp.asarray(eq_np)
@@ -365,7 +386,7 @@ def ddp(
                                                      INFEASIBLE, ITERATION_LIMIT))))
     result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
                        status=status, multipliers=lam, history=log, penalty=mu_final, al_rounds=rounds,
-                       update_violation=viol_update)
+                       update_violation=viol_update, qdd=_reported_accelerations(problem, xs, us, acc))
     # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
     # start (mpc_step) must not compile the solver a second time
     return jax.tree_util.tree_map(_strong, result)
@@ -413,7 +434,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     """The DDP iterations inside the augmented-Lagrangian rounds: (x, u, multipliers, iterations,
     done, stop, log, final gap, final penalty, multiplier updates, violation at the last update)."""
     # the multipliers, regularization, penalty, violation at the last update and updates made to start from
-    lam0, regularization, mu0, viol0, rounds0 = start
+    lam0, regularization, mu0, viol0, rounds0, acc0 = start
     (max_iterations, tol, tol_violation, tol_gap, reg_min, reg_max, reg_factor, line_search_steps,
      armijo, al_iterations, mu_growth, mu_max, second_order, update_at_limit) = options
     n, T = problem.n, problem.T
@@ -424,7 +445,8 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     has_scalars = any(t.kind == "scalar" for t in problem.costs)
     lower = jnp.asarray(problem.lower, dtype)
     upper = jnp.asarray(problem.upper, dtype)
-    step = lambda q, qd, u: _step_pair(arm, q, qd, u, problem.dt, problem.method, problem.input)  # noqa: E731
+    step = lambda q, qd, u: _step_accel(arm, q, qd, u, problem.dt, problem.method, problem.input)  # noqa: E731
+    euler = isinstance(problem.method, str) and problem.method in _EULER  # the rollout's accelerations are the knots
     ks = jnp.arange(T + 1)
     # an input-rate term couples consecutive inputs: the solver's state is then (x, u_{k-1}) (3n),
     # with u_{k-1} moved on by the dynamics (u_prev+ = u) and the rate a least-squares cost of the knot
@@ -445,8 +467,8 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
         return jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
 
-    def dynamics(xs, us):
-        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
+    def dynamics(xs, us, acc):
+        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input, qdd=acc if euler else None)
         gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
         if rate:  # (x, u_prev)+ = (F(x, u), u): no gap in u_prev, which is always the previous input
             A = jnp.zeros((T, 3 * n, 3 * n), dtype).at[:, : 2 * n, : 2 * n].set(A)
@@ -523,102 +545,137 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         g2 = 0.5 * jnp.sum(jnp.einsum("ki,kij,kj->k", dxu, H, dxu))
         return g1, g2
 
-    def forward(xs, us, gaps, bw, alpha):
+    def forward(xs, us, gaps, bw, alpha, fresh):
+        """The line search's rollout along the step (bw, alpha): the states (T+1, 2n), inputs
+        (T, n) and the accelerations at the new knots (T, n) (the Euler methods' linearization
+        reads them). ``fresh``: the step from every knot as it is, the trajectory
+        unchanged (a round's first trip, see ``inner``)."""
         prev = _rate_parts(problem, us)[1] if rate else us  # (unused without a rate term)
 
         # q and qd carried apart (see _step_pair: batched, a concatenated state made this loop 14x slower)
         def one(carry, d):
             q, qd, up = carry
             x_ref, up_ref, u_ref, k, K, f_next = d
+            q, qd, up = (jnp.where(fresh, a, b) for a, b in ((x_ref[:n], q), (x_ref[n:], qd), (up_ref, up)))
             x = jnp.concatenate([q, qd])
             dx = jnp.concatenate([x - x_ref, up - up_ref]) if rate else x - x_ref
             u = jnp.clip(u_ref + alpha * k + K @ dx, lower, upper)
-            q_next, qd_next = step(q, qd, u)
+            q_next, qd_next, a = step(q, qd, u)
             q_next = q_next - (1.0 - alpha) * f_next[:n]
             qd_next = qd_next - (1.0 - alpha) * f_next[n: 2 * n]
-            return (q_next, qd_next, u), (q_next, qd_next, u)
+            return (q_next, qd_next, u), (q_next, qd_next, u, a)
 
         x0 = xs[0] + alpha * gaps[0, : 2 * n]
-        _, (qn, qdn, un) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
-        return jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)]), un
+        _, (qn, qdn, un, an) = jax.lax.scan(one, (x0[:n], x0[n:], prev[0]), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
+        x_new = jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)])
+        return jnp.where(fresh, xs, x_new), un, an
 
-    def inner(xs, us, lam, mu, it, log, gap):
-        J, C = objective(xs, us, lam, mu)
+    def linearize(xs, us, acc, J, lam, mu, reg):
+        """The step's model at (xs, us): gaps, the backward pass, the model's change g1, g2 along its
+        step, the largest gap, and whether the model expects no further decrease (converged)."""
+        gaps, A, B = dynamics(xs, us, acc)
+        xu = jnp.concatenate([xs, pad(us)], axis=1)
+        g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
+                         xu, ks, lam)
+        if rate:
+            g, H = with_rate(g, H, us)
+        if second_order:
+            # DDP's step where its model is convex along the way back (every Q_uu positive
+            # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
+            # the costates make V'_x . F_zz indefinite
+            D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
+            exact, H_exact = backward(xs, us, A, B, gaps, g, H, reg, D, True)
+            bw, H = jax.lax.cond(exact.ok, lambda: (exact, H_exact), lambda: backward(xs, us, A, B, gaps, g, H, reg, D, False))
+        else:
+            bw, H = backward(xs, us, A, B, gaps, g, H, reg, jnp.zeros((T, 0), dtype), False)
+        g1, g2 = expected(bw, A, B, gaps, g, H)
+        gap = jnp.max(jnp.abs(gaps))
+        small = bw.ok & (gap <= tol_gap) & (-(g1 + g2) <= tol * jnp.maximum(jnp.abs(J), 1e-12))
+        return gaps, bw, g1, g2, gap, small
+
+    def inner(xs, us, acc, lam, mu, it, log, gap):
+        """One augmented-Lagrangian round of DDP iterations.
+
+        The loop is turned around: each trip first runs the line search along the step the last
+        trip's backward pass found, then linearizes where it landed. The line search's rollout
+        evaluates the forward dynamics at the new knots, and for the Euler methods the
+        linearization reads those accelerations, so the program holds one compiled forward
+        dynamics and one objective (in the line search) instead of two each. A round's first trip
+        ("fresh") is no iteration: its rollout steps from every knot as it is (alpha = 0, the
+        trajectory unchanged, accepted), which evaluates the round's objective and the knots'
+        accelerations. The last trip of a solve does not linearize (a ``lax.cond``: under
+        ``jax.vmap`` a select, and the batch's last trip linearizes for nothing).""" 
+        nx = 3 * n if rate else 2 * n
+        zero = jnp.zeros((), dtype)
 
         def cond(c):
-            return (c[6] < max_iterations) & ~c[7] & ~c[8]
+            return c[0] | ((c[8] < max_iterations) & ~c[9] & ~c[10])
 
         def body(c):
-            xs, us, J, C, reg, fails, it, done, stop, log, _ = c
-            gaps, A, B = dynamics(xs, us)
-            xu = jnp.concatenate([xs, pad(us)], axis=1)
-            g, H = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_quadratic(problem, arm, eq, has_scalars, xu, k, lam_k, mu, skip),
-                             xu, ks, lam)
-            if rate:
-                g, H = with_rate(g, H, us)
-            if second_order:
-                # DDP's step where its model is convex along the way back (every Q_uu positive
-                # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
-                # the costates make V'_x . F_zz indefinite
-                D = _step_second_derivatives(arm, xs[:-1], us, problem.dt, problem.method, problem.input)
-                exact, H_exact = backward(xs, us, A, B, gaps, g, H, reg, D, True)
-                bw, H = jax.lax.cond(exact.ok, lambda: (exact, H_exact), lambda: backward(xs, us, A, B, gaps, g, H, reg, D, False))
-            else:
-                bw, H = backward(xs, us, A, B, gaps, g, H, reg, jnp.zeros((T, 0), dtype), False)
-            g1, g2 = expected(bw, A, B, gaps, g, H)
-            gap = jnp.max(jnp.abs(gaps))
-            feasible = gap <= tol_gap
-            small = bw.ok & feasible & (-(g1 + g2) <= tol * jnp.maximum(jnp.abs(J), 1e-12))
+            fresh, xs, us, acc, J, C, reg, fails, it, done, stop, log, gap, gaps, bw, g1, g2 = c
+            known = jnp.all(jnp.isfinite(acc))
 
             def ls_cond(c):
                 j, alpha, *_, accepted = c
-                return (j < line_search_steps) & ~accepted & bw.ok & ~small
+                return (j < line_search_steps) & ~accepted & bw.ok
 
             def ls_body(c):
                 j, alpha, *_ = c
-                x_new, u_new = forward(xs, us, gaps, bw, alpha)
+                # (a round's first trip where the knots' accelerations are known: no rollout)
+                x_new, u_new, a_new = _unless(fresh & known, lambda: forward(xs, us, gaps, bw, alpha, fresh), (xs, us, acc))
                 J_new, C_new = objective(x_new, u_new, lam, mu)
                 dJ = J_new - J
                 model = alpha * g1 + alpha**2 * g2
                 # descent expected: Armijo on the model's decrease; an increase expected (closing
                 # gaps may cost): accept up to twice the predicted increase (as Crocoddyl's FDDP)
-                accepted = jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model)
-                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, J_new, C_new, accepted
+                accepted = fresh | (jnp.isfinite(J_new) & jnp.where(model < 0, dJ <= armijo * model, dJ <= 2.0 * model))
+                return j + 1, jnp.where(accepted, alpha, 0.5 * alpha), x_new, u_new, a_new, J_new, C_new, accepted
 
-            one = jnp.asarray(1.0, dtype)
-            _, alpha, x_new, u_new, J_new, C_new, accepted = jax.lax.while_loop(
-                ls_cond, ls_body, (jnp.asarray(0), one, xs, us, J, C, jnp.asarray(False)))
-            log = DDPLog(log.cost.at[it].set(jnp.where(accepted, J_new, J)), log.gap.at[it].set(gap),
-                         log.alpha.at[it].set(jnp.where(accepted, alpha, 0.0)), log.regularization.at[it].set(reg),
-                         log.expected.at[it].set(g1 + g2))
+            alpha0 = jnp.where(fresh, zero, jnp.ones((), dtype))
+            _, alpha, x_new, u_new, a_new, J_new, C_new, accepted = jax.lax.while_loop(
+                ls_cond, ls_body, (jnp.asarray(0), alpha0, xs, us, acc, J, C, jnp.asarray(False)))
+            counted = ~fresh  # a round's first trip evaluates; it is no iteration
+            row = jnp.where(counted, it, max_iterations)  # (out of bounds: the log is left as it was)
+            log = DDPLog(log.cost.at[row].set(jnp.where(accepted, J_new, J), mode="drop"),
+                         log.gap.at[row].set(gap, mode="drop"),
+                         log.alpha.at[row].set(jnp.where(accepted, alpha, 0.0), mode="drop"),
+                         log.regularization.at[row].set(reg, mode="drop"),
+                         log.expected.at[row].set(g1 + g2, mode="drop"))
             rel = jnp.abs(J - J_new) / jnp.maximum(jnp.abs(J), 1e-12)
-            done = small | (accepted & feasible & (alpha == 1.0) & (rel < tol))
-            xs, us, J, C = (jnp.where(accepted, a, b) for a, b in ((x_new, xs), (u_new, us), (J_new, J), (C_new, C)))
-            ok = accepted | small
+            done = counted & accepted & (gap <= tol_gap) & (alpha == 1.0) & (rel < tol)
+            xs, us, acc, J, C = (jnp.where(accepted, a, b) for a, b in ((x_new, xs), (u_new, us), (a_new, acc), (J_new, J), (C_new, C)))
             raised = jnp.maximum(reg * reg_factor ** (fails + 1), reg_min)
             lowered = jnp.where(reg / reg_factor >= reg_min, reg / reg_factor, 0.0)  # back to exact Newton steps
-            reg = jnp.where(ok, lowered, raised)
-            fails = jnp.where(ok, 0, fails + 1)
+            reg = jnp.where(counted, jnp.where(accepted, lowered, raised), reg)
+            fails = jnp.where(counted, jnp.where(accepted, 0, fails + 1), fails)
+            it = it + counted.astype(it.dtype)
             stop = (reg > reg_max) | ~jnp.isfinite(J)
             # the forward pass leaves gaps (1 - alpha) f exactly (x_{k+1} = F(x_k, u_k) - (1 - alpha) f_{k+1}):
-            # the final trajectory's gaps without another compiled copy of the dynamics
-            gap = jnp.where(accepted, (1.0 - alpha) * gap, gap)
-            return xs, us, J, C, reg, fails, it + 1, done, stop, log, gap
+            # the final trajectory's gaps without another linearization
+            gap = jnp.where(accepted & counted, (1.0 - alpha) * gap, gap)
+            # (a problem of a jax.vmap batch that has stopped already comes in stopped: its trip
+            # asks for no linearization)
+            last = ~cond(c) | done | stop | (it >= max_iterations)
+            gaps, bw, g1, g2, gap, small = jax.lax.cond(
+                last, lambda: (gaps, bw, g1, g2, gap, jnp.asarray(False)), lambda: linearize(xs, us, acc, J, lam, mu, reg))
+            return (jnp.asarray(False), xs, us, acc, J, C, reg, fails, it, done | small, stop, log, gap, gaps, bw, g1, g2)
 
-        init = (xs, us, J, C, regularization, jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log,
-                gap)
-        xs, us, J, C, reg, fails, it, done, stop, log, gap = jax.lax.while_loop(cond, body, init)
-        return xs, us, it, done, stop, log, gap, C
+        bw = _Backward(jnp.zeros((T, n), dtype), jnp.zeros((T, n, nx), dtype), jnp.asarray(True))
+        init = (jnp.asarray(True), xs, us, acc, zero, zero, regularization, jnp.asarray(0), it, jnp.asarray(False),
+                jnp.asarray(False), log, gap, jnp.zeros((T + 1, nx), dtype), bw, zero, zero)
+        c = jax.lax.while_loop(cond, body, init)
+        _, xs, us, acc, _, C, _, _, it, done, stop, log, gap, *_ = c
+        return xs, us, acc, it, done, stop, log, gap, C
 
     # (a round stopped by the iteration limit or without progress ends the loop: another round
     # follows only one whose DDP iterations converged, after its multiplier update)
     def outer_cond(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap, C = c
+        xs, us, acc, lam, mu, rounds, trips, it, done, stop, viol, viol_ref, log, gap, C = c
         return (trips == 0) | ((rounds < al_iterations) & (viol > tol_violation) & (it < max_iterations) & ~stop)
 
     def outer_body(c):
-        xs, us, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap, _ = c
-        xs, us, it, done, stop, log, gap, C = inner(xs, us, lam, mu, it, log, gap)
+        xs, us, acc, lam, mu, rounds, trips, it, done, stop, _, viol_ref, log, gap, _ = c
+        xs, us, acc, it, done, stop, log, gap, C = inner(xs, us, acc, lam, mu, it, log, gap)
         cv, active = constraint_values(xs, us)
         viol = jnp.max(_violation(cv, active, eq), initial=0.0)
         # the multiplier update (Nocedal & Wright 2006, eqs 17.39 and 17.65) after a converged round
@@ -628,15 +685,17 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         lam = jnp.where(update, jnp.where(active, jnp.where(eq, shifted, jnp.maximum(0.0, shifted)), 0.0), lam)
         # raise the penalty only when the violation did not drop fourfold (Conn, Gould & Toint 1991)
         mu = jnp.where(update & (viol > tol_violation) & (viol > 0.25 * viol_ref), jnp.minimum(mu * mu_growth, mu_max), mu)
-        return (xs, us, lam, mu, rounds + update.astype(rounds.dtype), trips + 1, it, done, stop, viol,
+        return (xs, us, acc, lam, mu, rounds + update.astype(rounds.dtype), trips + 1, it, done, stop, viol,
                 jnp.where(update, viol, viol_ref), log, gap, C)
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
-    init = (xs0, us0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
+    # (accelerations given with a non-finite entry: not known, evaluated by the first trip's rollout)
+    acc0 = jnp.where(jnp.all(jnp.isfinite(acc0)), acc0, jnp.nan)
+    init = (xs0, us0, acc0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
             jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype),
             jnp.asarray(jnp.nan, dtype))
-    xs, us, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap, C = jax.lax.while_loop(outer_cond, outer_body, init)
-    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref, C
+    xs, us, acc, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap, C = jax.lax.while_loop(outer_cond, outer_body, init)
+    return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref, C, acc
 
 
 @jax.tree_util.register_static
@@ -715,6 +774,26 @@ def _reported_cost(problem: OCP, x, u, value):
 def _reported_cost_jvp(primals, tangents):
     problem, x, u, value = primals
     _, tangent = jax.jvp(total_cost, (problem, x, u), tangents[:3])
+    return value, tangent
+
+
+@jax.custom_jvp
+def _reported_accelerations(problem: OCP, x, u, value):
+    """The joint accelerations qdd(x_k, u_k) (T, n) at the knots of a solution, whose values the
+    solver's rollout has found (``value``), so that no further forward dynamics is compiled; their
+    derivatives are those of the forward dynamics there."""
+    return value
+
+
+@_reported_accelerations.defjvp
+def _reported_accelerations_jvp(primals, tangents):
+    problem, x, u, value = primals
+
+    def accelerations(problem, x, u):
+        arm = solver_arm(problem)
+        return jax.vmap(lambda x, u: _accel_factored(arm, x, u, problem.input)[0])(x[:-1], u)
+
+    _, tangent = jax.jvp(accelerations, (problem, x, u), tangents[:3])
     return value, tangent
 
 

@@ -61,9 +61,9 @@ def _compiled(problem, tree, shared, round_iterations, options):
         def member(leaves, arm_leaves):
             return _member(problem, jax.tree_util.tree_unflatten(tree, leaves), shared, arm_leaves)
 
-        solver = _jit(jax.vmap(lambda f, a, u, x, lam, reg, mu, viol, rounds: ddp(
+        solver = _jit(jax.vmap(lambda f, a, u, x, lam, reg, mu, viol, rounds, qdd: ddp(
             member(f, a), u, x, multipliers=lam, regularization=reg, mu=mu, last_violation=viol, al_rounds=rounds,
-            max_iterations=round_iterations, **options)))
+            qdd_init=qdd, max_iterations=round_iterations, **options)))
         hold = jax.jit(jax.vmap(lambda f, a: _hold(member(f, a), solver_arm(member(f, a)), jnp.result_type(problem.x0))))
         entry[1][key] = (solver, hold)
     return entry[1][key]
@@ -223,6 +223,7 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
     mu = np.full(N, mu_start, dtype)  # its penalty, its violation at its last multiplier update, and its
     viol = np.full(N, np.inf, dtype)  # multiplier updates so far (augmented-Lagrangian rounds)
     al_rounds = np.zeros(N, np.int64)
+    qdd = np.full((N, T, n), np.nan, dtype)  # the accelerations at its knots (NaN: not known yet)
     used = np.zeros(N, int)  # iterations so far
     history = {f: np.full((N, max_iterations), np.nan, dtype) for f in DDPLog._fields}
     final = [None] * N  # per problem: the round's result arrays (numpy) where it stopped
@@ -233,7 +234,7 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
     while any(i is not None for i in pool):
         idx = np.array([i if i is not None else next(j for j in pool if j is not None) for i in pool])
         out = solver([a[idx] for a in flat], [a[idx] for a in arm_leaves], u[idx], x[idx], lam[idx], reg[idx], mu[idx],
-                     viol[idx], al_rounds[idx])
+                     viol[idx], al_rounds[idx], qdd[idx])
         out = jax.tree_util.tree_map(np.asarray, out)
         rounds += 1
         for s, i in enumerate(pool):
@@ -245,7 +246,7 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
                 history[f][i, used[i]: used[i] + it] = getattr(out.history, f)[s, :it]
             used[i] += it
             u[i], x[i], lam[i], mu[i] = out.u[s], out.x[s], out.multipliers[s], out.penalty[s]
-            viol[i], al_rounds[i] = out.update_violation[s], out.al_rounds[s]
+            viol[i], al_rounds[i], qdd[i] = out.update_violation[s], out.al_rounds[s], out.qdd[s]
             if it > 0:  # the regularization of its last iteration: where the next round starts
                 reg[i] = out.history.regularization[s, it - 1]
             stopped = int(out.status[s]) != ITERATION_LIMIT or used[i] >= max_iterations
