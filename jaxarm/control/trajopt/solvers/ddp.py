@@ -210,15 +210,49 @@ def _box_qp(H, g, lo, hi, iterations: int = 10):
 # --------------------------------------------------------------------------- solver
 
 
-def _unless(skip, compute, otherwise):
-    """``otherwise`` where ``skip``, else ``compute()``: a loop of at most one trip rather than a
-    ``lax.cond``. Under ``jax.vmap`` a cond with a batched predicate becomes a select that
-    evaluates ``compute`` for every problem of the batch, always; a while loop runs its trip when
-    any problem of the batch needs it, so a batch whose problems all skip (the first trip of every
-    round of ``solve_many`` but its first, whose accelerations are known) skips. Not for a large
-    computation inside a loop: the linearization at the end of each DDP trip, wrapped so, made
-    single UR5 solves 0.2-0.3 ms an iteration slower (1.0-1.2 ms against 0.83 with a lax.cond)."""
-    return jax.lax.while_loop(lambda c: c[0], lambda c: (jnp.asarray(False), compute()), (~skip, otherwise))[1]
+def _unless(skip, compute, otherwise, *operands):
+    """``otherwise`` where ``skip``, else ``compute(*operands)`` (``compute`` may close over traced
+    values). Unbatched, a ``lax.cond``. Under ``jax.vmap`` a cond with a batched predicate becomes a
+    select that evaluates ``compute`` for every problem of the batch, always; here the batched
+    rule (``jax.custom_batching.custom_vmap``) skips when every problem of the batch skips, and
+    otherwise computes for the whole batch and keeps ``otherwise`` where a problem skips. DDP's last
+    trip, whose linearization nothing reads, is skipped so by a batch whose problems all stop
+    together (a ``solve_many`` round, or the trip after which the last problem of a ``vmap``
+    stops): 64 UR5 goals by ``solve_many`` took 1.75-1.87 s with a plain cond (a linearization for
+    nothing every round of 10 iterations). A loop of at most one trip does the same under vmap but
+    made every single-solve iteration 0.3 ms slower (1.2 against 0.83 ms for the UR5)."""
+    # compute's closed-over values (traced ones of any dtype) become operands of its jaxpr
+    closed, shapes = jax.make_jaxpr(compute, return_shape=True)(*operands)
+    out_tree = jax.tree_util.tree_structure(shapes)
+    consts, m = list(closed.consts), len(operands)
+
+    def converted(*args):
+        out = jax.core.eval_jaxpr(closed.jaxpr, list(args[m:]), *jax.tree_util.tree_leaves(args[:m]))
+        return jax.tree_util.tree_unflatten(out_tree, out)
+
+    @jax.custom_batching.custom_vmap
+    def pick(skip, otherwise, args):
+        return jax.lax.cond(skip, lambda: otherwise, lambda: converted(*args))
+
+    @pick.def_vmap
+    def pick_batched(axis_size, in_batched, skip, otherwise, args):
+        skip_batched, otherwise_batched, args_batched = in_batched
+
+        def batched(a, b):
+            return a if b else jnp.broadcast_to(a, (axis_size,) + jnp.shape(a))
+
+        skip = batched(skip, skip_batched)
+        otherwise = jax.tree_util.tree_map(batched, otherwise, otherwise_batched)
+
+        def run():
+            out = jax.vmap(converted, in_axes=tuple(0 if b else None for b in args_batched))(*args)
+            return jax.tree_util.tree_map(
+                lambda o, d: jnp.where(skip.reshape((axis_size,) + (1,) * (d.ndim - 1)), d, o), out, otherwise)
+
+        out = jax.lax.cond(jnp.all(skip), lambda: otherwise, run)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return pick(skip, otherwise, tuple(operands) + tuple(consts))
 
 
 class _Backward(NamedTuple):
@@ -603,8 +637,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         dynamics and one objective (in the line search) instead of two each. A round's first trip
         ("fresh") is no iteration: its rollout steps from every knot as it is (alpha = 0, the
         trajectory unchanged, accepted), which evaluates the round's objective and the knots'
-        accelerations. The last trip of a solve does not linearize (a ``lax.cond``: under
-        ``jax.vmap`` a select, and the batch's last trip linearizes for nothing).""" 
+        accelerations. The last trip of a solve does not linearize (:func:`_unless`)."""
         nx = 3 * n if rate else 2 * n
         zero = jnp.zeros((), dtype)
 
@@ -614,15 +647,20 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         def body(c):
             fresh, xs, us, acc, J, C, reg, fails, it, done, stop, log, gap, gaps, bw, g1, g2 = c
             known = jnp.all(jnp.isfinite(acc))
+            # (under jax.vmap every problem of the batch makes the trip; one that has stopped
+            # already neither searches -- at its optimum every step would be rejected, and the
+            # batch's line search would run its full length every trip -- nor linearizes)
+            running = cond(c)
 
             def ls_cond(c):
                 j, alpha, *_, accepted = c
-                return (j < line_search_steps) & ~accepted & bw.ok
+                return (j < line_search_steps) & ~accepted & bw.ok & running
 
             def ls_body(c):
                 j, alpha, *_ = c
                 # (a round's first trip where the knots' accelerations are known: no rollout)
-                x_new, u_new, a_new = _unless(fresh & known, lambda: forward(xs, us, gaps, bw, alpha, fresh), (xs, us, acc))
+                x_new, u_new, a_new = _unless(fresh & known, lambda xs, us: forward(xs, us, gaps, bw, alpha, fresh), (xs, us, acc),
+                                              xs, us)
                 J_new, C_new = objective(x_new, u_new, lam, mu)
                 dJ = J_new - J
                 model = alpha * g1 + alpha**2 * g2
@@ -653,11 +691,9 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             # the forward pass leaves gaps (1 - alpha) f exactly (x_{k+1} = F(x_k, u_k) - (1 - alpha) f_{k+1}):
             # the final trajectory's gaps without another linearization
             gap = jnp.where(accepted & counted, (1.0 - alpha) * gap, gap)
-            # (a problem of a jax.vmap batch that has stopped already comes in stopped: its trip
-            # asks for no linearization)
-            last = ~cond(c) | done | stop | (it >= max_iterations)
-            gaps, bw, g1, g2, gap, small = jax.lax.cond(
-                last, lambda: (gaps, bw, g1, g2, gap, jnp.asarray(False)), lambda: linearize(xs, us, acc, J, lam, mu, reg))
+            last = ~running | done | stop | (it >= max_iterations)
+            gaps, bw, g1, g2, gap, small = _unless(last, lambda xs, us, acc: linearize(xs, us, acc, J, lam, mu, reg),
+                                                   (gaps, bw, g1, g2, gap, jnp.asarray(False)), xs, us, acc)
             return (jnp.asarray(False), xs, us, acc, J, C, reg, fails, it, done | small, stop, log, gap, gaps, bw, g1, g2)
 
         bw = _Backward(jnp.zeros((T, n), dtype), jnp.zeros((T, n, nx), dtype), jnp.asarray(True))
