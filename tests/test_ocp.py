@@ -768,6 +768,16 @@ def test_step_jacobians_equal_forward_mode_through_the_step(method, input):
     assert_close(A, A_ref, rtol=1e-9, atol=1e-11)
     assert_close(B, B_ref, rtol=1e-9, atol=1e-11)
     assert np.abs(np.asarray(A) - np.eye(2 * n)).max() > 1e-3 and np.abs(np.asarray(B)).max() > 1e-6  # not trivial
+    if isinstance(method, str):
+        # given the accelerations a rollout of the same steps found (the knots', or every stage's),
+        # as the solvers' line search hands them on: the same step and Jacobians
+        acc = jax.vmap(lambda x, u: ocp_module._step_accel(arm, x[:n], x[n:], u, dt, method, input, stages=True)[2])(xs, us)
+        assert acc.shape == ((T, n) if "euler" in method else (T, 3 if method == "rk3" else 4, n))
+        y2, A2, B2 = jaxarm.jit(functools.partial(ocp_module._step_jacobians, qdd=acc), static_argnums=(4, 5))(
+            arm, xs, us, dt, method, input)
+        assert_close(y2, y, rtol=1e-13, atol=1e-13)
+        assert_close(A2, A, rtol=1e-11, atol=1e-12)
+        assert_close(B2, B, rtol=1e-11, atol=1e-12)
 
 
 @pytest.mark.parametrize("method,input", [("rk3", "torque"), ("rk4", "voltage"), ("euler", "torque"),

@@ -39,9 +39,10 @@ def _step_pair(arm, q, qd, u, dt, method, input):
     return _step_accel(arm, q, qd, u, dt, method, input)[:2]
 
 
-def _step_accel(arm, q, qd, u, dt, method, input):
+def _step_accel(arm, q, qd, u, dt, method, input, stages=False):
     """:func:`_step` from (q, qd) to (q_{k+1}, qd_{k+1}), kept apart, and the acceleration at
-    (q, qd, u) (the first stage's; an Euler step's only one). A time loop should carry
+    (q, qd, u) (the first stage's; an Euler step's only one), or with ``stages`` and a
+    Runge-Kutta method by name every stage's (s, n). A time loop should carry
     the two apart: with x = (q, qd) in one vector, XLA:CPU fuses the whole forward dynamics into
     the fusion whose root is their concatenation, and under ``jax.vmap`` that fusion is a loop
     over the batch and the state's entries that computes the dynamics again for every entry and
@@ -51,7 +52,8 @@ def _step_accel(arm, q, qd, u, dt, method, input):
     # its program is kept as it was measured: forward dynamics without its derivative rule, the
     # Runge-Kutta stage loop storing rather than recomputing (with them, the trajectory-
     # optimization tutorial took 205 s instead of 130 s in the docs test)
-    step = _PLAIN_LOOPS[method] if isinstance(method, str) and method in _PLAIN_LOOPS else integrators.get_method(method)
+    loops = _STAGE_LOOPS if stages else _PLAIN_LOOPS
+    step = loops[method] if isinstance(method, str) and method in loops else integrators.get_method(method)
 
     def fd(q, qd, u):
         return _forward_dynamics_factored(arm, q, qd, _joint_torque(arm, u, qd, input, False))[0]
@@ -67,6 +69,7 @@ def _step_accel(arm, q, qd, u, dt, method, input):
 
 _TABLEAUS = {"rk3": integrators.KUTTA3, "rk4": integrators.CLASSICAL_RK4}
 _PLAIN_LOOPS = {name: integrators.explicit_rk(*tableau, recompute=False) for name, tableau in _TABLEAUS.items()}
+_STAGE_LOOPS = {name: integrators.explicit_rk(*tableau, recompute=False, stages=True) for name, tableau in _TABLEAUS.items()}
 _EULER = ("euler", "semi_implicit_euler")
 
 
@@ -156,20 +159,33 @@ def _accel_jacobians(arm, xs, us, qdd, input, fe=None, saturate=False):
     return jax.vmap(solve)(xs, us, L, dID), L
 
 
-def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False):
+def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False, given=None):
     """The Runge-Kutta stages of the step ``method`` (a name in _TABLEAUS) at every (x_k, u_k) (T, 2n),
     (T, n): the tableau A (s, s) and weights b (s,) as NumPy arrays, the stage points X_i (s, T, 2n),
     their accelerations (s, T, n), the Cholesky factors of M there (s, T, n, n), and the
     Jacobians of the state derivative f = (qd, qdd) at the stage points with respect to (x, u)
     (s, T, 2n, 3n). The stages run in a loop (``lax.scan``: the forward dynamics is compiled once,
     not once per stage); the accelerations' Jacobians come from inverse dynamics
-    (:func:`_accel_jacobians`)."""
+    (:func:`_accel_jacobians`). ``given`` (T, s, n): the stage accelerations, found already (by a
+    rollout of the same steps): the stage points are then sums of them, and no forward dynamics
+    is evaluated."""
     n = arm.n
     T = xs.shape[0]
     _, A, b = (np.asarray(v, float) for v in _TABLEAUS[method])  # the stage times do not matter: u is held
     stages = len(b)
     dtype = xs.dtype
     A_dt = dt * jnp.asarray(A, dtype)
+    if given is not None:
+        acc = jnp.moveaxis(given, 1, 0)  # (s, T, n)
+        points = []
+        for i in range(stages):
+            X = xs
+            for j in range(i):
+                if A[i, j] != 0.0:
+                    X = X + A_dt[i, j] * jnp.concatenate([points[j][:, n:], acc[j]], axis=1)
+            points.append(X)
+        P = jnp.stack(points)
+        return _stage_jacobians(arm, us, A, b, P, acc, input, fe, saturate)
 
     def stage(carry, i):  # stage i, batched over the T knots: X_i from the K_j found so far (j < i)
         P, acc = carry  # (s, T, 2n) stage points, (s, T, n) their accelerations (zeros until found)
@@ -180,6 +196,14 @@ def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False):
 
     init = (jnp.zeros((stages, T, 2 * n), dtype), jnp.zeros((stages, T, n), dtype))
     (P, acc), _ = jax.lax.scan(stage, init, jnp.arange(stages))
+    return _stage_jacobians(arm, us, A, b, P, acc, input, fe, saturate)
+
+
+def _stage_jacobians(arm, us, A, b, P, acc, input, fe, saturate):
+    """:func:`_stages`' answer from the stage points P (s, T, 2n) and their accelerations (s, T, n)."""
+    n = arm.n
+    stages, T = P.shape[:2]
+    dtype = P.dtype
     U = jnp.broadcast_to(us, (stages, T, n)).reshape(stages * T, n)
     F = None if fe is None else jnp.broadcast_to(fe, (stages,) + fe.shape).reshape(stages * T, fe.shape[-1])
     Ja, L = _accel_jacobians(arm, P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), input, F, saturate)
@@ -191,9 +215,10 @@ def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False):
 
 def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False, qdd=None):
     """x_{k+1} (T, 2n), A_k = dF/dx (T, 2n, 2n) and B_k = dF/du (T, 2n, n) of the integrator step
-    at every (x_k, u_k) (T, 2n), (T, n). ``qdd`` (T, n): for the Euler methods, the accelerations
-    at the knots when the caller has them already (the solvers' line search rollout finds them),
-    so that this program holds no forward dynamics of its own.
+    at every (x_k, u_k) (T, 2n), (T, n). ``qdd``: the accelerations when the caller has them
+    already (the solvers' line search rollout finds them), so that this program holds no forward
+    dynamics of its own: for the Euler methods at the knots (T, n), for the Runge-Kutta methods by
+    name at every stage (T, s, n), as :func:`_step_accel` returns them with ``stages``.
 
     For the Runge-Kutta methods by name the Jacobian is built from the Jacobians of the state
     derivative f(x, u) = (qd, qdd) at the stage points, by the chain rule through the stages
@@ -239,7 +264,7 @@ def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False, qdd
             J, y = jax.jacfwd(f, has_aux=True)(jnp.concatenate([x, u]))
             return y, J[:, : 2 * n], J[:, 2 * n:]
         return jax.vmap(one)(xs, us)
-    A, b, P, acc, L, J = _stages(arm, xs, us, dt, method, input, fe, saturate)
+    A, b, P, acc, L, J = _stages(arm, xs, us, dt, method, input, fe, saturate, given=qdd)
     stages = len(b)
     dtype = xs.dtype
     K = jnp.concatenate([P[:, :, n:], acc], axis=2)

@@ -66,7 +66,7 @@ def semi_implicit_euler(f, t, q, qd, dt):
     return q + qd_next * dt, qd_next, a
 
 
-def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None):
+def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stages: bool = False):
     """The explicit Runge-Kutta step with Butcher tableau (c, A, b): stage i evaluates f at
     ``x + dt sum_j A[i][j] k_j`` (j < i), x = (q, qd), k_j = (qd_j, a_j); the step is
     x + dt sum_i b_i k_i (Hairer, Norsett & Wanner, Solving ODEs I, II.1 eq. 1.8). Equal to the
@@ -81,7 +81,9 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None):
     loop (83 us a step against 23.5; ``experiments/time_loop_shapes.py``, docs/benchmarks.md).
     ``recompute``: in reverse mode each stage keeps its point and evaluates ``f`` again
     (:func:`_recomputed`); False stores f's intermediates instead, as before (trajectory
-    optimization's own step, whose derivatives are written by hand, keeps that program)."""
+    optimization's own step, whose derivatives are written by hand, keeps that program).
+    ``stages``: return every stage's acceleration (s, n) in place of the first one's (the
+    trajectory optimizer's line search hands them to its linearization)."""
     c, A, b = (np.asarray(x, float) for x in (c, A, b))
     s = len(b)
     if A.shape != (s, s) or c.shape != (s,) or np.any(np.triu(A) != 0):
@@ -129,7 +131,7 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None):
                 K.append((qdi, jnp.asarray(f_stage(t + float(c[i]) * dt, qi, qdi), q.dtype)))
         q_next = q + dt * sum(float(b[j]) * K[j][0] for j in range(s))
         qd_next = qd + dt * sum(float(b[j]) * K[j][1] for j in range(s))
-        return q_next, qd_next, K[0][1]
+        return q_next, qd_next, (jnp.stack([K[j][1] for j in range(s)]) if stages else K[0][1])
 
     step.recomputes_dynamics = recompute  # (read by rollout: no second jax.checkpoint around f)
     return step

@@ -42,7 +42,7 @@ import numpy as np
 from ....dynamics import linalg
 from ....model import checks
 from ....simulate.batch import _strong
-from ...step_jacobians import _EULER, _accel_factored, _step_accel, _step_jacobians, _step_second_derivatives
+from ...step_jacobians import _EULER, _TABLEAUS, _accel_factored, _step_accel, _step_jacobians, _step_second_derivatives
 from ..ocp import OCP, _finite, solver_arm
 from .implicit import solution_vjp
 from .knots import (_at_knots, _constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
@@ -302,7 +302,8 @@ def ddp(
     e.g. ``previous.multipliers``). qdd_init: (T, n) the joint accelerations at the knots of
     (x_init, u_init), qdd(x_k, u_k) (a previous result's ``qdd`` with its x and u), so that the
     solve does not evaluate them again (one rollout fewer); any non-finite entry: evaluated (as
-    without).
+    without). A Runge-Kutta method by name evaluates them again in any case (its linearization
+    reads the accelerations of every stage, which a result does not keep).
     regularization: the Levenberg-Marquardt regularization of Q_uu to start (each
     augmented-Lagrangian round) from: a number, or a scalar array (traced, e.g. the last entry of a
     previous result's ``history.regularization``, to resume a solve where it stopped).
@@ -383,6 +384,9 @@ def ddp(
     acc0 = jnp.full((T, n), jnp.nan, dtype) if qdd_init is None else jnp.asarray(qdd_init, dtype)
     if acc0.shape != (T, n):
         raise ValueError(f"{func}: qdd_init: expected shape ({T}, {n}) (the accelerations at the T knots of x_init), got {acc0.shape}")
+    stages = _stage_count(problem)
+    if stages:  # a Runge-Kutta step's linearization reads every stage's acceleration: evaluated again
+        acc0 = jnp.full((T, stages, n), jnp.nan, dtype)
     lam0 = jnp.zeros((T + 1, m), dtype) if multipliers is None else jnp.asarray(multipliers, dtype)
     if lam0.shape != (T + 1, m):
         raise ValueError(f"{func}: multipliers: expected shape ({T + 1}, {m}), got {lam0.shape}")
@@ -420,7 +424,8 @@ def ddp(
                                                      INFEASIBLE, ITERATION_LIMIT))))
     result = OCPResult(x=xs, u=us, cost=cost, max_violation=viol, max_gap=gap, iterations=it, converged=converged,
                        status=status, multipliers=lam, history=log, penalty=mu_final, al_rounds=rounds,
-                       update_violation=viol_update, qdd=_reported_accelerations(problem, xs, us, acc))
+                       update_violation=viol_update,
+                       qdd=_reported_accelerations(problem, xs, us, acc[:, 0] if stages else acc))
     # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
     # start (mpc_step) must not compile the solver a second time
     return jax.tree_util.tree_map(_strong, result)
@@ -479,8 +484,11 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     has_scalars = any(t.kind == "scalar" for t in problem.costs)
     lower = jnp.asarray(problem.lower, dtype)
     upper = jnp.asarray(problem.upper, dtype)
-    step = lambda q, qd, u: _step_accel(arm, q, qd, u, problem.dt, problem.method, problem.input)  # noqa: E731
-    euler = isinstance(problem.method, str) and problem.method in _EULER  # the rollout's accelerations are the knots
+    step = lambda q, qd, u: _step_accel(arm, q, qd, u, problem.dt, problem.method, problem.input, stages=stages > 0)  # noqa: E731
+    # the accelerations the linearization reads from the line search's rollout: the knots' (Euler
+    # methods), every stage's (Runge-Kutta methods by name), none (a step function: jax.jacfwd)
+    stages = _stage_count(problem)
+    given = stages > 0 or (isinstance(problem.method, str) and problem.method in _EULER)
     ks = jnp.arange(T + 1)
     # an input-rate term couples consecutive inputs: the solver's state is then (x, u_{k-1}) (3n),
     # with u_{k-1} moved on by the dynamics (u_prev+ = u) and the rate a least-squares cost of the knot
@@ -502,7 +510,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         return jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
 
     def dynamics(xs, us, acc):
-        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input, qdd=acc if euler else None)
+        y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input, qdd=acc if given else None)
         gaps = jnp.concatenate([(problem.x0 - xs[0])[None], y - xs[1:]])  # f_0 .. f_T
         if rate:  # (x, u_prev)+ = (F(x, u), u): no gap in u_prev, which is always the previous input
             A = jnp.zeros((T, 3 * n, 3 * n), dtype).at[:, : 2 * n, : 2 * n].set(A)
@@ -811,6 +819,11 @@ def _reported_cost_jvp(primals, tangents):
     problem, x, u, value = primals
     _, tangent = jax.jvp(total_cost, (problem, x, u), tangents[:3])
     return value, tangent
+
+
+def _stage_count(problem: OCP) -> int:
+    """The stages of the problem's Runge-Kutta method by name, 0 for any other method."""
+    return len(_TABLEAUS[problem.method][2]) if isinstance(problem.method, str) and problem.method in _TABLEAUS else 0
 
 
 @jax.custom_jvp
