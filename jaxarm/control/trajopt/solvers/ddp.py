@@ -218,9 +218,12 @@ def _unless(skip, compute, otherwise, *operands):
     otherwise computes for the whole batch and keeps ``otherwise`` where a problem skips. DDP's last
     trip, whose linearization nothing reads, is skipped so by a batch whose problems all stop
     together (a ``solve_many`` round, or the trip after which the last problem of a ``vmap``
-    stops): 64 UR5 goals by ``solve_many`` took 1.75-1.87 s with a plain cond (a linearization for
-    nothing every round of 10 iterations). A loop of at most one trip does the same under vmap but
-    made every single-solve iteration 0.3 ms slower (1.2 against 0.83 ms for the UR5)."""
+    stops). With a plain cond, 64 UR5 goals by ``solve_many`` took 1.84 s, against 1.60 s in the
+    run before it with the loop not yet turned around (a linearization for nothing every round of
+    10 iterations). A loop of at most one trip skips as this does under vmap, but made every
+    single-solve iteration 0.3 ms slower (1.2 against 0.83 ms for the UR5). The linearization
+    inside a conditional still costs batches a few per cent (8 UR5 problems, 12 iterations:
+    54.6-56.2 ms against 52.1-53.8 ms before the loop was turned around)."""
     # compute's closed-over values (traced ones of any dtype) become operands of its jaxpr
     closed, shapes = jax.make_jaxpr(compute, return_shape=True)(*operands)
     out_tree = jax.tree_util.tree_structure(shapes)
@@ -484,11 +487,11 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     has_scalars = any(t.kind == "scalar" for t in problem.costs)
     lower = jnp.asarray(problem.lower, dtype)
     upper = jnp.asarray(problem.upper, dtype)
-    step = lambda q, qd, u: _step_accel(arm, q, qd, u, problem.dt, problem.method, problem.input, stages=stages > 0)  # noqa: E731
     # the accelerations the linearization reads from the line search's rollout: the knots' (Euler
     # methods), every stage's (Runge-Kutta methods by name), none (a step function: jax.jacfwd)
     stages = _stage_count(problem)
     given = stages > 0 or (isinstance(problem.method, str) and problem.method in _EULER)
+    step = lambda q, qd, u: _step_accel(arm, q, qd, u, problem.dt, problem.method, problem.input, stages=stages > 0)  # noqa: E731
     ks = jnp.arange(T + 1)
     # an input-rate term couples consecutive inputs: the solver's state is then (x, u_{k-1}) (3n),
     # with u_{k-1} moved on by the dynamics (u_prev+ = u) and the rate a least-squares cost of the knot
@@ -589,9 +592,9 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
 
     def forward(xs, us, gaps, bw, alpha, fresh):
         """The line search's rollout along the step (bw, alpha): the states (T+1, 2n), inputs
-        (T, n) and the accelerations at the new knots (T, n) (the Euler methods' linearization
-        reads them). ``fresh``: the step from every knot as it is, the trajectory
-        unchanged (a round's first trip, see ``inner``)."""
+        (T, n) and the accelerations the next linearization reads: at the new knots (T, n), or
+        at every stage of a Runge-Kutta step (T, s, n). ``fresh``: the step from every knot as it
+        is, the trajectory unchanged (a round's first trip, see ``inner``)."""
         prev = _rate_parts(problem, us)[1] if rate else us  # (unused without a rate term)
 
         # q and qd carried apart (see _step_pair: batched, a concatenated state made this loop 14x slower)
@@ -640,9 +643,9 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
 
         The loop is turned around: each trip first runs the line search along the step the last
         trip's backward pass found, then linearizes where it landed. The line search's rollout
-        evaluates the forward dynamics at the new knots, and for the Euler methods the
-        linearization reads those accelerations, so the program holds one compiled forward
-        dynamics and one objective (in the line search) instead of two each. A round's first trip
+        evaluates the forward dynamics at the new knots (and stage points), and the linearization
+        reads those accelerations, so the program holds one compiled forward dynamics and one
+        objective (in the line search) instead of two each. A round's first trip
         ("fresh") is no iteration: its rollout steps from every knot as it is (alpha = 0, the
         trajectory unchanged, accepted), which evaluates the round's objective and the knots'
         accelerations. The last trip of a solve does not linearize (:func:`_unless`)."""
