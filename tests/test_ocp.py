@@ -702,6 +702,28 @@ def test_geometric_terms_measure_what_they_say():
 
 
 @pytest.mark.parametrize("method", ["semi_implicit_euler", "rk3"])
+def test_a_float32_arm_makes_a_float32_problem_that_converges_with_the_default_tolerances(reach_solutions, method):
+    """arm.astype(float32) with x64 enabled: the problem, the solve and its result are float32
+    throughout (goal and weights given in float64 included), it converges with ddp's defaults (the
+    gap tolerance follows the precision: a full step's rounding leaves gaps near 1e-6, which 1e-9
+    would never accept) and lands on float64's optimum to float32's resolution."""
+    arm, _, goal, _, _, _ = reach_solutions
+    low = arm.astype(jnp.float32)
+    problem = trajopt.ocp(low, Q0, T, DT, costs=reach_costs(low), params={"goal": goal}, method=method)
+    assert problem.x0.dtype == jnp.float32
+    r = jaxarm.jit(trajopt.ddp)(problem)
+    assert bool(r.converged), r.reason()
+    assert all(a.dtype == jnp.float32 for a in (r.x, r.u, r.qdd, r.cost, r.multipliers))
+    reference = jaxarm.jit(trajopt.ddp)(trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": goal}, method=method))
+    assert bool(reference.converged) and reference.x.dtype == jnp.float64, reference.reason()
+    assert float(r.cost) == pytest.approx(float(reference.cost), rel=1e-5)
+    assert float(jnp.max(jnp.abs(r.q - reference.q))) < 1e-3
+    assert float(jnp.max(jnp.abs(r.q - reference.q))) > 0  # really computed in float32
+    from jaxarm.control.trajopt.solvers.ddp import default_tol_gap
+    assert default_tol_gap(jnp.float64) == 1e-9 and default_tol_gap(jnp.float32) == pytest.approx(1.19e-5, rel=1e-2)
+
+
+@pytest.mark.parametrize("method", ["semi_implicit_euler", "rk3"])
 def test_the_reported_accelerations_are_the_forward_dynamics_at_the_knots_and_differentiate_so(method):
     """OCPResult.qdd comes from the solver's rollout; it equals the forward dynamics at every
     knot, and its derivative with respect to the goal (through the solution's implicit

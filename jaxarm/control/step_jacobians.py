@@ -276,8 +276,8 @@ def _step_jacobians(arm, xs, us, dt, method, input, fe=None, saturate=False, qdd
         dXu = jnp.zeros((2 * n, n), dtype)
         for j in range(i):
             if A[i, j] != 0.0:
-                dXx = dXx + (dt * A[i, j]) * dKx[j]
-                dXu = dXu + (dt * A[i, j]) * dKu[j]
+                dXx = dXx + (dt * float(A[i, j])) * dKx[j]
+                dXu = dXu + (dt * float(A[i, j])) * dKu[j]
         Jx, Ju = J[i, :, :, : 2 * n], J[i, :, :, 2 * n:]
         dKx.append(jnp.einsum("tij,tjk->tik", Jx, jnp.broadcast_to(dXx, (T, 2 * n, 2 * n))))
         dKu.append(jnp.einsum("tij,tjk->tik", Jx, jnp.broadcast_to(dXu, (T, 2 * n, n))) + Ju)

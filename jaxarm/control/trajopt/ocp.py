@@ -119,6 +119,10 @@ def ocp(
     with ``input="voltage"``), infinite where it has none. joint_limits: add the arm's joint
     position and velocity limits as constraints (:func:`terms.joint_limits`).
 
+    The problem computes in the arm's precision: ``arm.astype(jnp.float32)`` makes a float32
+    problem even with x64 enabled (q0, qd0 and the bounds are cast to it; the solver keeps its
+    objective, quadratics and constraints in it whatever the dtype of the terms' weights).
+
     Every function is traced once here, on abstract values (nothing compiles), so a cost that
     returns the wrong shape, a params entry that is missing or a bound below its partner is
     reported now, by name.
@@ -141,7 +145,8 @@ def ocp(
     qd0 = jnp.zeros_like(q0) if qd0 is None else checks.joint_vector(qd0, arm, "qd0", func)
     _finite(q0, "q0", func)
     _finite(qd0, "qd0", func)
-    x0 = jnp.concatenate([q0, qd0]).astype(jnp.result_type(float))
+    # the problem computes in the arm's precision (arm.astype(jnp.float32): float32 with x64 enabled)
+    x0 = jnp.concatenate([q0, qd0]).astype(_arm_dtype(arm))
     lim = jnp.asarray(_input_limit(arm, input), dtype=x0.dtype)
     lower = -lim if lower is None else _bound(lower, n, "lower", func, x0.dtype)
     upper = lim if upper is None else _bound(upper, n, "upper", func, x0.dtype)
@@ -214,6 +219,12 @@ def _finite(a, name, func, show_values=True):
     if not isinstance(a, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(a)))):
         got = np.asarray(a).tolist() if show_values else "NaN or inf"
         raise ValueError(f"{func}: {name}: expected finite values, got {got}")
+
+
+def _arm_dtype(arm):
+    """The floating-point type of the arm's arrays (the default float type if it has none)."""
+    leaves = [a for a in jax.tree_util.tree_leaves(arm) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)]
+    return jnp.result_type(*leaves) if leaves else jnp.result_type(float)
 
 
 def _bound(b, n, name, func, dtype):

@@ -272,7 +272,7 @@ def ddp(
     max_iterations: int = 200,
     tol: float = 1e-6,
     tol_violation: float = 1e-5,
-    tol_gap: float = 1e-9,
+    tol_gap: float | None = None,
     regularization: float = 0.0,
     reg_min: float = 1e-9,
     reg_max: float = 1e9,
@@ -330,7 +330,9 @@ def ddp(
     knot instead of one, so an iteration costs several times more; near the optimum DDP converges
     quadratically where iLQR converges linearly on problems whose dynamics' curvature matters.
 
-    Stops when the trajectory is feasible (gaps below ``tol_gap``), the constraints hold to
+    Stops when the trajectory is feasible (gaps below ``tol_gap``; None: 1e-9 in float64, 100
+    machine epsilons, 1.2e-5, in float32, where a full step's rounding alone leaves gaps of about
+    1e-6 and 1e-9 would never be met), the constraints hold to
     ``tol_violation`` and the model's predicted decrease of a full step is below ``tol`` relative
     to the cost (or an accepted step changed it by less); ``status`` and :meth:`OCPResult.reason`
     say why otherwise. Pure and traceable: ``jax.jit`` it, ``jax.vmap`` it over problems (e.g.
@@ -354,6 +356,8 @@ def ddp(
     for name, v in (("max_iterations", max_iterations), ("al_iterations", al_iterations), ("line_search_steps", line_search_steps)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{func}: {name}: expected a whole number >= 1, got {v!r}")
+    if tol_gap is None:
+        tol_gap = default_tol_gap(jnp.result_type(problem.x0))
     for name, v in (("tol", tol), ("tol_violation", tol_violation), ("tol_gap", tol_gap), ("reg_min", reg_min), ("reg_max", reg_max), ("mu_max", mu_max)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{func}: {name}: expected a finite number >= 0, got {v!r}")
@@ -434,6 +438,12 @@ def ddp(
     return jax.tree_util.tree_map(_strong, result)
 
 
+def default_tol_gap(dtype) -> float:
+    """The dynamics-gap tolerance :func:`ddp` uses by default in ``dtype``: 1e-9, or 100 machine
+    epsilons where that is larger (float32: 1.2e-5)."""
+    return max(1e-9, 100.0 * float(jnp.finfo(dtype).eps))
+
+
 # what a known starting scalar must satisfy, and how the error says it
 _START = {
     "regularization": (lambda v: np.isfinite(v) and v >= 0, "a finite number >= 0 (the starting regularization)"),
@@ -506,11 +516,14 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         values, costs = _at_knots(problem, lambda skip, xu, k, lam_k: _knot_value(problem, arm, eq, xu, k, lam_k, mu, skip,
                                                                                   with_cost=True), xu, ks, lam)
         rate_cost = _rate_cost(problem, us)
-        return jnp.sum(values) + rate_cost, jnp.sum(costs) + rate_cost
+        # (in the problem's precision: a term's weights given in float64 under x64 would otherwise
+        # lift a float32 problem's objective, quadratics and constraints to float64)
+        return (jnp.sum(values) + rate_cost).astype(dtype), (jnp.sum(costs) + rate_cost).astype(dtype)
 
     def constraint_values(xs, us):
         xu = jnp.concatenate([xs, pad(us)], axis=1)
-        return jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
+        cv, active = jax.vmap(lambda xu, k: _constraints(problem, arm, xu, k))(xu, ks)
+        return cv.astype(dtype), active
 
     def dynamics(xs, us, acc):
         y, A, B = _step_jacobians(arm, xs[:-1], us, problem.dt, problem.method, problem.input, qdd=acc if given else None)
@@ -624,6 +637,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
                          xu, ks, lam)
         if rate:
             g, H = with_rate(g, H, us)
+        g, H = g.astype(dtype), H.astype(dtype)
         if second_order:
             # DDP's step where its model is convex along the way back (every Q_uu positive
             # definite), else this iteration's Gauss-Newton (iLQR) step: far from the optimum
