@@ -175,35 +175,20 @@ def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False, given=None)
     stages = len(b)
     dtype = xs.dtype
     A_dt = dt * jnp.asarray(A, dtype)
-    if given is not None:
-        acc = jnp.moveaxis(given, 1, 0)  # (s, T, n)
-        points = []
-        for i in range(stages):
-            X = xs
-            for j in range(i):
-                if A[i, j] != 0.0:
-                    X = X + A_dt[i, j] * jnp.concatenate([points[j][:, n:], acc[j]], axis=1)
-            points.append(X)
-        P = jnp.stack(points)
-        return _stage_jacobians(arm, us, A, b, P, acc, input, fe, saturate)
+    given = None if given is None else jnp.moveaxis(given, 1, 0)  # (s, T, n)
 
     def stage(carry, i):  # stage i, batched over the T knots: X_i from the K_j found so far (j < i)
         P, acc = carry  # (s, T, 2n) stage points, (s, T, n) their accelerations (zeros until found)
         K = jnp.concatenate([P[:, :, n:], acc], axis=2)  # K_j = f(X_j) = (qd_j, qdd_j)
         X = xs + jnp.einsum("j,jtk->tk", A_dt[i], K)
-        a = jax.vmap(lambda x, u, f: _accel_factored(arm, x, u, input, f, saturate)[0], in_axes=(0, 0, _rows(fe)))(X, us, fe)
+        if given is None:
+            a = jax.vmap(lambda x, u, f: _accel_factored(arm, x, u, input, f, saturate)[0], in_axes=(0, 0, _rows(fe)))(X, us, fe)
+        else:
+            a = given[i]
         return (P.at[i].set(X), acc.at[i].set(a)), None
 
     init = (jnp.zeros((stages, T, 2 * n), dtype), jnp.zeros((stages, T, n), dtype))
     (P, acc), _ = jax.lax.scan(stage, init, jnp.arange(stages))
-    return _stage_jacobians(arm, us, A, b, P, acc, input, fe, saturate)
-
-
-def _stage_jacobians(arm, us, A, b, P, acc, input, fe, saturate):
-    """:func:`_stages`' answer from the stage points P (s, T, 2n) and their accelerations (s, T, n)."""
-    n = arm.n
-    stages, T = P.shape[:2]
-    dtype = P.dtype
     U = jnp.broadcast_to(us, (stages, T, n)).reshape(stages * T, n)
     F = None if fe is None else jnp.broadcast_to(fe, (stages,) + fe.shape).reshape(stages * T, fe.shape[-1])
     Ja, L = _accel_jacobians(arm, P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), input, F, saturate)

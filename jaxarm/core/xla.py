@@ -118,6 +118,23 @@ def enable_compilation_cache(path=None, *, min_compile_time: float = 0.5):
     return setting
 
 
+def _jaxpr_function(fn, *args):
+    """``fn`` traced once at ``args`` (pytrees) into a jaxpr whose closed-over values are explicit
+    operands (all of them: ``jax.closure_convert`` hoists the floating-point ones only, and a
+    batching rule cannot take a closed-over batched value of any type). Returns ``evaluate``
+    (``evaluate(*consts, *leaves)``: the list of fn's output leaves), the consts, the leaves of
+    ``args``, and the outputs' tree and shapes."""
+    flat, tree = jax.tree_util.tree_flatten(args)
+    closed, shapes = jax.make_jaxpr(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)), return_shape=True)(*flat)
+    jaxpr, consts = closed.jaxpr, list(closed.consts)
+    m = len(consts)
+
+    def evaluate(*values):
+        return jax.core.eval_jaxpr(jaxpr, list(values[:m]), *values[m:])
+
+    return evaluate, consts, flat, jax.tree_util.tree_structure(shapes), shapes
+
+
 def computed_once(fn, *args):
     """``fn(*args)``, computed where XLA:CPU cannot fuse it into each of its consumers.
 
@@ -138,14 +155,8 @@ def computed_once(fn, *args):
     with the host, and the effect on compile time there has not been measured."""
     if jax.default_backend() != "cpu":
         return fn(*args)
-    flat, tree = jax.tree_util.tree_flatten(args)
-    closed, shapes = jax.make_jaxpr(lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs)), return_shape=True)(*flat)
-    jaxpr, consts = closed.jaxpr, list(closed.consts)  # consts: fn's closed-over values, passed explicitly
-    out_tree = jax.tree_util.tree_structure(shapes)
+    evaluate, consts, flat, out_tree, shapes = _jaxpr_function(fn, *args)  # consts: fn's closed-over values
     m = len(consts)
-
-    def evaluate(*values):
-        return jax.core.eval_jaxpr(jaxpr, list(values[:m]), *values[m:])
 
     @jax.custom_jvp
     def once(*values):

@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ....core.xla import _jaxpr_function
 from ....dynamics import linalg
 from ....model import checks
 from ....simulate.batch import _strong
@@ -225,13 +226,10 @@ def _unless(skip, compute, otherwise, *operands):
     inside a conditional still costs batches a few per cent (8 UR5 problems, 12 iterations:
     54.6-56.2 ms against 52.1-53.8 ms before the loop was turned around)."""
     # compute's closed-over values (traced ones of any dtype) become operands of its jaxpr
-    closed, shapes = jax.make_jaxpr(compute, return_shape=True)(*operands)
-    out_tree = jax.tree_util.tree_structure(shapes)
-    consts, m = list(closed.consts), len(operands)
+    evaluate, consts, flat, out_tree, _ = _jaxpr_function(compute, *operands)
 
     def converted(*args):
-        out = jax.core.eval_jaxpr(closed.jaxpr, list(args[m:]), *jax.tree_util.tree_leaves(args[:m]))
-        return jax.tree_util.tree_unflatten(out_tree, out)
+        return jax.tree_util.tree_unflatten(out_tree, evaluate(*args))
 
     @jax.custom_batching.custom_vmap
     def pick(skip, otherwise, args):
@@ -255,7 +253,7 @@ def _unless(skip, compute, otherwise, *operands):
         out = jax.lax.cond(jnp.all(skip), lambda: otherwise, run)
         return out, jax.tree_util.tree_map(lambda _: True, out)
 
-    return pick(skip, otherwise, tuple(operands) + tuple(consts))
+    return pick(skip, otherwise, tuple(consts) + tuple(flat))
 
 
 class _Backward(NamedTuple):
@@ -750,8 +748,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
                 jnp.where(update, viol, viol_ref), log, gap, C)
 
     nan = jnp.full((max_iterations,), jnp.nan, dtype)
-    # (accelerations given with a non-finite entry: not known, evaluated by the first trip's rollout)
-    acc0 = jnp.where(jnp.all(jnp.isfinite(acc0)), acc0, jnp.nan)
+    # (accelerations given with a non-finite entry are not known: the first trip's rollout evaluates them)
     init = (xs0, us0, acc0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
             jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype),
             jnp.asarray(jnp.nan, dtype))
