@@ -100,6 +100,8 @@ def compiled():
         "batched_shooting": (jax.vmap(_solver("shooting", **SHOOTING_AL), in_axes=(0, 0, None)), (stacked_arm, stacked, u0)),
         "shooting_squash": (_solver("shooting", **SHOOTING_SQUASH), (arms[0], problems[0], u0)),
         "ilqr": (_solver("ilqr"), (arms[0], problems[0], u0)),
+        "shooting_f32": (_solver("shooting", **SHOOTING_AL), (arms[0].astype(np.float32), problems[0], u0)),
+        "ilqr_f32": (_solver("ilqr"), (arms[0].astype(np.float32), problems[0], u0)),
         "lq_ilqr": (_solver("ilqr"), (lq.arm, lq.problem, lq.u0)),
         "cost_gradient": (grad_fn, (u_grad,)),
         "warm_start": (warm_start_outputs, warm_start_case()),
@@ -318,6 +320,48 @@ def test_multiple_shooting_reaches_the_single_shooting_optimum(solutions):
     # its trajectory is one rollout of its u from the start (not the stitched segments)
     traj = jaxarm.rollout(arm, problem.q0, problem.qd0, ms.u, DT, saturate=False)
     assert_close(ms.q, traj.q, 1e-12, "reported q is a single rollout")
+
+
+def _float64_arrays(jaxpr):
+    """(primitive, shape, file) of every float64 array with more than one entry that ``jaxpr``
+    computes, nested jaxprs (loops, conditionals, custom derivatives) included; file: the
+    innermost source file outside JAX that made it."""
+    found = []
+    for e in jaxpr.eqns:
+        for v in e.outvars:
+            if getattr(v.aval, "dtype", None) == np.float64 and np.prod(v.aval.shape) > 1:
+                files = [f.file_name for f in e.source_info.traceback.frames if "jax/_src" not in f.file_name.replace("\\", "/")]
+                found.append((e.primitive.name, v.aval.shape, files[0] if files else ""))
+        for p in e.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else [p]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _float64_arrays(inner)
+    return found
+
+
+def test_a_float32_arm_solves_in_float32(compiled, solutions):
+    """arm.astype(float32) with float64 enabled and a float64 problem and warm start: iLQR and
+    shooting compute in float32 (no float64 array in the program; the shooting objective too,
+    where optax's line search steps by a float64 step length), converge with their default
+    tolerances (shooting's plateau tolerance is 10 float32 epsilons there), and reach the float64
+    optimum to the augmented-Lagrangian tolerance."""
+    arm, problem, sol = solutions
+    arm32 = arm.astype(np.float32)
+    u0 = hold_start(arm, problem)
+    for key, solver in (("ilqr", _solver("ilqr")), ("shooting", _solver("shooting", **SHOOTING_AL))):
+        res, ref = compiled[key + "_f32"](arm32, problem, u0), sol[key]
+        assert res.u.dtype == res.q.dtype == res.cost.dtype == np.float32, key
+        assert bool(res.converged), key
+        assert float(res.max_violation) <= 1e-4, key
+        assert abs(float(res.cost) - float(ref.cost)) <= 1e-4 * float(ref.cost), (key, float(res.cost), float(ref.cost))
+        wide = _float64_arrays(jax.make_jaxpr(solver)(arm32, problem, u0).jaxpr)
+        # none made by jaxarm (dynamics, rollouts, costs, the solvers' own arithmetic); shooting keeps
+        # some in optax, whose L-BFGS and zoom line search follow its float64 step length
+        ours = [w for w in wide if "jaxarm" in w[2].replace("\\", "/").split("/")
+                and not (w[2].endswith("shooting.py") and w[0] in ("while", "convert_element_type"))]  # optax's state in its loop
+        assert not ours, (key, ours[:10])
+        assert key == "shooting" or not wide, (key, wide[:10])
 
 
 # --------------------------------------------------------------------------- batched

@@ -193,7 +193,7 @@ def _stages(arm, xs, us, dt, method, input, fe=None, saturate=False, given=None)
     F = None if fe is None else jnp.broadcast_to(fe, (stages,) + fe.shape).reshape(stages * T, fe.shape[-1])
     Ja, L = _accel_jacobians(arm, P.reshape(stages * T, 2 * n), U, acc.reshape(stages * T, n), input, F, saturate)
     Ja, L = Ja.reshape(stages, T, n, 3 * n), L.reshape(stages, T, n, n)
-    top = jnp.concatenate([jnp.zeros((n, n)), jnp.eye(n), jnp.zeros((n, n))], axis=1).astype(dtype)
+    top = jnp.concatenate([jnp.zeros((n, n), dtype), jnp.eye(n, dtype=dtype), jnp.zeros((n, n), dtype)], axis=1)
     J = jnp.concatenate([jnp.broadcast_to(top, (stages, T, n, 3 * n)), Ja], axis=2)
     return A, b, P, acc, L, J
 

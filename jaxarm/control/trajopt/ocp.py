@@ -32,7 +32,7 @@ from ..linearize import _check_input_kind
 from ...simulate import integrators
 from ..step_jacobians import _step
 from . import terms as _terms
-from .problem import _input_limit, _without_input_limits
+from .problem import _arm_dtype, _input_limit, _without_input_limits
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -219,12 +219,6 @@ def _finite(a, name, func, show_values=True):
     if not isinstance(a, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(a)))):
         got = np.asarray(a).tolist() if show_values else "NaN or inf"
         raise ValueError(f"{func}: {name}: expected finite values, got {got}")
-
-
-def _arm_dtype(arm):
-    """The floating-point type of the arm's arrays (the default float type if it has none)."""
-    leaves = [a for a in jax.tree_util.tree_leaves(arm) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)]
-    return jnp.result_type(*leaves) if leaves else jnp.result_type(float)
 
 
 def _bound(b, n, name, func, dtype):

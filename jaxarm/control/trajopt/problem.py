@@ -187,9 +187,10 @@ def _without_input_limits(arm: Arm, input: str) -> Arm:
     a NumPy array, so that an arm closed over by a jit stays concrete (not traced) and the
     dynamics fold its constants (:func:`jaxarm.dynamics.kinematics._bodies`)."""
     def unlimited(x):
+        dtype = jnp.result_type(x) if jnp.issubdtype(jnp.result_type(x), jnp.floating) else jnp.result_type(float)
         if checks.concrete(x):
-            return np.full(np.shape(x), np.inf, jnp.result_type(float))
-        return jnp.full_like(jnp.asarray(x, float), jnp.inf)
+            return np.full(np.shape(x), np.inf, dtype)
+        return jnp.full(jnp.shape(x), jnp.inf, dtype)
 
     if input == "voltage":
         return arm.replace(drives=dataclasses.replace(arm.drives, voltage_limit=unlimited(arm.drives.voltage_limit)))
@@ -213,12 +214,22 @@ def _setup(arm, problem, u_init, func, *, torque_limits, input, method, checkpoi
         raise ValueError(f"{func}: u_init: expected an input schedule of shape (T, {n}) with T >= 1 (the warm start), got {u_init.shape}")
     if not isinstance(u_init, jax.core.Tracer) and not bool(np.all(np.isfinite(np.asarray(u_init)))):
         raise ValueError(f"{func}: u_init: expected finite values, got NaN or inf")
-    lim = jnp.asarray(_input_limit(arm, input), dtype=u_init.dtype if jnp.issubdtype(u_init.dtype, jnp.floating) else float)
+    # the solve computes in the arm's precision: a float32 arm gives a float32 solve, also where
+    # float64 is enabled and the problem's arrays (reach_problem) or the warm start are float64
+    dtype = _arm_dtype(arm)
+    problem = jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype) if jnp.issubdtype(jnp.result_type(a), jnp.floating) else a, problem)
+    lim = jnp.asarray(_input_limit(arm, input), dtype=dtype)
     limited = jnp.isfinite(lim)
-    scale = jnp.where(limited, lim, 1.0)
+    scale = jnp.where(limited, lim, jnp.ones((), dtype))
     setup = _Setup(
         arm=_without_input_limits(arm, input), problem=problem, scale=scale, limited=limited,
         squash=torque_limits == "squash", input=input, method=method, T=int(u_init.shape[0]),
         checkpoint=bool(checkpoint), adjoint=bool(adjoint),
     )
-    return setup, u_init.astype(jnp.result_type(u_init.dtype, float))
+    return setup, u_init.astype(dtype)
+
+
+def _arm_dtype(arm):
+    """The floating-point type of the arm's arrays (the default float type if it has none)."""
+    leaves = [a for a in jax.tree_util.tree_leaves(arm) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)]
+    return jnp.result_type(*leaves) if leaves else jnp.result_type(float)

@@ -39,7 +39,11 @@ def _optax_minimize(fun, optimizer, max_iterations, tol, gtol, window):
     opt = optax.with_extra_args_support(optimizer)
 
     def inner(params, lam, mu, it, log):
-        f = lambda p: fun(p, lam, mu)  # noqa: E731
+        # in the decision's precision: optax's zoom line search steps by a float64 step length where
+        # float64 is enabled, which would lift a float32 problem's trial points (and every rollout of
+        # the line search) to float64
+        dtypes = jax.tree_util.tree_map(lambda p: p.dtype, params)
+        f = lambda p: fun(jax.tree_util.tree_map(lambda x, d: x.astype(d), p, dtypes), lam, mu)  # noqa: E731
         state = opt.init(params)
         reuse = optax.tree_utils.tree_get(state, "value", None) is not None  # L-BFGS keeps value and grad
         value_and_grad = optax.value_and_grad_from_state(f) if reuse else jax.value_and_grad(f)
@@ -85,7 +89,7 @@ def shooting(
     method="rk3",
     optimizer: optax.GradientTransformation | None = None,
     max_iterations: int = 1000,
-    tol: float = 1e-7,
+    tol: float | None = None,
     gtol: float = 1e-6,
     window: int = 10,
     tol_violation: float = 1e-4,
@@ -109,6 +113,9 @@ def shooting(
     (w.r.t. the dimensionless z) fell below ``gtol`` times its value at the start of the round; a
     non-finite objective or no decrease at all over a window stops unconverged. (An absolute gradient test never triggers with a
     squashed, active limit: tanh z approaches it only as z -> inf.) max_iterations: over all rounds.
+    tol: by default 1e-7, or 10 machine epsilons of the arm's precision where that is larger
+    (float32: 1.2e-6; a float32 objective cannot show a relative decrease of 1e-7, and the plateau
+    test then rarely passed).
     checkpoint: rematerialize rollout steps in the backward pass (less memory).
     adjoint: gradients by the discrete adjoint (``jaxarm.rollout(..., adjoint=True)``): the same
         gradient, cheaper per iteration for one problem on a CPU when compiled with
@@ -118,6 +125,7 @@ def shooting(
     """
     setup, u_init = _setup(arm, problem, u_init, "shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "shooting", window=window)
+    tol = default_tol(u_init.dtype) if tol is None else tol
     optimizer = _default_optimizer() if optimizer is None else optimizer
 
     def objective(z, lam, mu):
@@ -147,7 +155,7 @@ def multiple_shooting(
     method="rk3",
     optimizer: optax.GradientTransformation | None = None,
     max_iterations: int = 2000,
-    tol: float = 1e-7,
+    tol: float | None = None,
     gtol: float = 1e-6,
     window: int = 10,
     tol_violation: float = 1e-4,
@@ -168,6 +176,7 @@ def multiple_shooting(
     """
     setup, u_init = _setup(arm, problem, u_init, "multiple_shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "multiple_shooting", window=window)
+    tol = default_tol(u_init.dtype) if tol is None else tol
     if not isinstance(segments, (int, np.integer)) or segments < 1 or setup.T % segments:
         raise ValueError(f"multiple_shooting: segments: expected a positive whole number dividing the horizon T = {setup.T}, got {segments!r}")
     optimizer = _default_optimizer() if optimizer is None else optimizer
@@ -201,6 +210,12 @@ def multiple_shooting(
         al_iterations=al_iterations, tol_violation=tol_violation, log=log)
     _, defects = trajectory((z, starts))
     return _result(setup, z, defects, it, conv, tol_violation, log)
+
+
+def default_tol(dtype) -> float:
+    """The plateau tolerance :func:`shooting` and :func:`multiple_shooting` use by default in
+    ``dtype``: 1e-7, or 10 machine epsilons where that is larger (float32: 1.2e-6)."""
+    return max(1e-7, 10.0 * float(jnp.finfo(dtype).eps))
 
 
 def _default_optimizer():
