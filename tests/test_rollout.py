@@ -393,6 +393,32 @@ def test_reverse_mode_linearizes_each_loop_body_once(monkeypatch):
         assert time_loop == [1], f"argnums={argnums}: the time loop's body linearized {time_loop} times"
 
 
+def test_reverse_mode_keeps_the_stage_accelerations_and_recomputes_the_rest(capsys):
+    """A rollout's dynamics are evaluated again in reverse mode (integrators._recomputed), except
+    for the forward dynamics' accelerations, which are kept: the derivative is taken at them, and
+    recomputing them cost a whole forward dynamics per stage. What the reverse pass keeps of one
+    evaluation: its arguments, the accelerations and the arm's constants, nothing of the
+    recursion's intermediates; for a known arm and for a traced one."""
+    from jax.ad_checkpoint import print_saved_residuals
+
+    from jaxarm.dynamics.forward import ACCELERATION
+    from jaxarm.simulate import integrators
+
+    arm = sim_arm(3)
+    x = [jnp.asarray(np.random.default_rng(k).uniform(-1, 1, arm.n)) for k in range(3)]
+    known = integrators._recomputed(lambda q, qd, tau: jaxarm.forward_dynamics(arm, q, qd, tau))
+    traced = integrators._recomputed(lambda a, q, qd, tau: jaxarm.forward_dynamics(a, q, qd, tau))
+    for f, args in ((known, x), (traced, [arm, *x])):
+        print_saved_residuals(lambda *a: jnp.sum(f(*a) ** 2), *args)
+        kept = capsys.readouterr().out.splitlines()
+        named = [r for r in kept if f"named '{ACCELERATION}'" in r]
+        assert len(named) == 1, kept
+        rest = [r for r in kept if r not in named and "from a constant" not in r and "from the argument" not in r
+                and "from a literal" not in r and "output of mul" not in r]  # (the squares of the loss itself)
+        assert not rest, rest
+        assert sum("output of mul" in r for r in kept) <= 1, kept
+
+
 # --------------------------------------------------------------------------------------
 # Precision
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
 from ..model import checks
@@ -14,6 +15,10 @@ from .algebra import _vec, cotangent_once, entries, vector
 from .composite_body import composite_mass_matrix
 from .kinematics import _bodies, joint_frames
 from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, rnea
+
+
+# the name of forward dynamics' accelerations in a program being differentiated (jax.ad_checkpoint)
+ACCELERATION = "jaxarm_forward_dynamics_qdd"
 
 
 def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
@@ -54,6 +59,9 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
     def fd_jvp(primals, tangents):
         values, q, qd, tau, f_ext = primals
         qdd, L, inv_diag = _forward_dynamics_scalars(rebuild(values), q, qd, tau, f_ext if has_ext else None)
+        # named, so that a rollout's reverse pass can keep it (integrators._recomputed) instead of
+        # evaluating the forward dynamics again at every stage; the identity elsewhere
+        qdd = checkpoint_name(qdd, ACCELERATION)
         # differentiate inverse dynamics along the inputs that have a tangent only (a zero tangent,
         # e.g. of a traced arm that is not differentiated, would otherwise be carried as numbers)
         d_values, dq, dqd, dtau, df_ext = tangents
