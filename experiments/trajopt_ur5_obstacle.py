@@ -10,8 +10,8 @@ joint-speed regularization along the path, the URDF's torque limits as the input
 sphere is placed on the unconstrained solution's tool path, half-way; the constrained problem
 keeps the tool and the wrist (link 4's origin) 2 cm outside it. One JSON line per solve, then
 the gradient of the optimal effort with respect to the sphere's centre (implicit function theorem
-at the optimum; which way moving the obstacle would save effort), checked against forward
-differences (the problem has neighbouring local optima; see below). Skips with a message when no UR5 URDF is found.
+at the optimum; which way moving the obstacle would save effort), checked against central
+differences of the same local optimum (the problem has neighbouring local optima; see below). Skips with a message when no UR5 URDF is found.
 """
 
 from __future__ import annotations
@@ -131,20 +131,23 @@ def main(argv=None):
          unconstrained_cost=float(free.cost), position_error_m=float(np.linalg.norm(path_c[-1] - goal)),
          **summary(res))
 
-    def effort(c):
-        r = solve_around(problem.replace(params={"centre": c}), free.u, free.x)
+    def effort(c, u0=free.u, x0=free.x):
+        r = solve_around(problem.replace(params={"centre": c}), u0, x0)
         return jnp.sum((r.u / lim) ** 2) * DT
 
     grad, first, warm = timed(jaxarm.jit(jax.grad(effort)), jnp.asarray(centre), repeats=1)
     value = jaxarm.jit(effort)
-    # forward differences: the problem has neighbouring local optima, and a step of the centre
-    # by -1e-5 m along x already lands the warm-started solve in another one (cost 0.39885 against
-    # 0.39852), so a central difference straddles two solutions
+    # central differences of the optimum the gradient is of: the problem has neighbouring local
+    # optima, and warm-started from the free solution a step of the centre by 1e-6 m along y (or
+    # -1e-5 m along x) lands the solve in another one (effort -3.7e-3 lower along y); warm-started
+    # from the constrained optimum itself, the perturbed solves stay in its basin
     h = 1e-6
     base = float(value(jnp.asarray(centre)))
-    fd = [(float(value(jnp.asarray(centre + h * e))) - base) / h for e in np.eye(3)]
+    fd = [(float(value(jnp.asarray(centre + h * e), res.u, res.x)) - float(value(jnp.asarray(centre - h * e), res.u, res.x))) / (2 * h)
+          for e in np.eye(3)]
     emit(case="ur5_obstacle_gradient", effort=base,
-         d_effort_d_centre=np.asarray(grad).round(8).tolist(), forward_differences=np.round(fd, 8).tolist(),
+         d_effort_d_centre=np.asarray(grad).round(8).tolist(), central_differences=np.round(fd, 8).tolist(),
+         max_relative_difference=float(np.max(np.abs(np.asarray(grad) - fd)) / np.max(np.abs(fd))),
          gradient_first_call_s=round(first, 2), gradient_s=round(warm, 3))
     if args.plot:
         plot(args.plot, arm, free, res, centre, goal)
