@@ -75,6 +75,38 @@ def test_sincos_derivatives():
     np.testing.assert_allclose(d2s, -np.sin(x), atol=1e-15)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sincos_takes_the_polynomials_on_arrays_and_the_library_on_a_single_value(dtype):
+    """A batch is evaluated by the vectorizable polynomials (no sine or cosine instruction in the
+    program), a single value by XLA's own sine and cosine (one instruction each); both agree with
+    NumPy, also eagerly and in a scalar loop (the sequential loops of the trajectory optimizers)."""
+    x = np.linspace(-7.0, 7.0, 57).astype(dtype)
+    tol = 4e-16 if dtype == np.float64 else 2.5e-7
+
+    def instructions(f, *args):
+        text = jax.jit(f).lower(*args).as_text()
+        return text.count("stablehlo.sine"), text.count("stablehlo.cosine")
+
+    assert instructions(_kernels.sincos, x) == (0, 0)
+    assert instructions(jax.vmap(_kernels.sincos), x) == (0, 0)  # a batch of single values is a batch
+    assert instructions(_kernels.sincos, x[3]) == (1, 1)
+
+    def loop(v):  # one value at a time, as a trajectory optimizer's line search steps through its knots
+        return jax.lax.scan(lambda carry, t: (carry, _kernels.sincos(t)), 0.0, v)[1]
+
+    assert instructions(loop, x) == (1, 1)
+    for s, c in (jax.jit(_kernels.sincos)(x), jax.jit(loop)(x), _kernels.sincos(x), [np.array(v) for v in zip(*[_kernels.sincos(t) for t in x[:5]])]):
+        n = len(s)
+        assert np.asarray(s).dtype == dtype and np.asarray(c).dtype == dtype
+        assert np.abs(np.asarray(s, np.float64) - np.sin(x[:n].astype(np.float64))).max() <= tol
+        assert np.abs(np.asarray(c, np.float64) - np.cos(x[:n].astype(np.float64))).max() <= tol
+    # the primitive's own derivative (used where a jaxpr holding it is differentiated)
+    for v in (x[3], x):
+        (s, c), (ds, dc) = jax.jvp(lambda t: tuple(_kernels._sincos_p.bind(t)), (v,), (np.ones_like(v),))
+        np.testing.assert_allclose(np.asarray(ds, np.float64), np.cos(np.float64(v)), atol=tol)
+        np.testing.assert_allclose(np.asarray(dc, np.float64), -np.sin(np.float64(v)), atol=tol)
+
+
 def test_assembly_helpers():
     vals = [jnp.asarray(float(k)) for k in range(5)]
     np.testing.assert_array_equal(_kernels.vector(vals), np.arange(5.0))
