@@ -42,7 +42,6 @@ try:  # jax >= 0.4.3x; older releases had it in jax.core
 except ImportError:  # pragma: no cover
     from jax.core import Primitive
 from jax.interpreters import ad, batching, mlir
-from jax._src import dispatch
 
 from ..model.checks import _is_concrete as _concrete
 
@@ -90,7 +89,8 @@ def _taylor(r2, count, first):
 
 @jax.custom_jvp
 def sincos(x):
-    """(sin x, cos x), elementwise, as vectorizable polynomial arithmetic.
+    """(sin x, cos x), elementwise, as vectorizable polynomial arithmetic (on a single value, XLA's
+    own sine and cosine: see :func:`_sincos_lowering`).
 
     Cody-Waite reduction x = k pi/2 + r with |r| <= pi/4 (pi/2 split in three parts so the
     products k * part are exact), Taylor polynomials for sin r and cos r, and the quadrant k
@@ -144,7 +144,8 @@ def _sincos_lowering(ctx, x):
 
 _sincos_p = Primitive("jaxarm_sincos")
 _sincos_p.multiple_results = True
-_sincos_p.def_impl(lambda x: dispatch.apply_primitive(_sincos_p, x))
+_sincos_p.def_impl(lambda x: _sincos_compiled(x))  # eagerly: compiled, so that it takes the same form as in a jit
+_sincos_compiled = jax.jit(lambda x: tuple(_sincos_p.bind(x)))
 _sincos_p.def_abstract_eval(lambda x: [jax.core.ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)] * 2)
 mlir.register_lowering(_sincos_p, _sincos_lowering)
 batching.primitive_batchers[_sincos_p] = lambda args, dims: (_sincos_p.bind(args[0]), [dims[0]] * 2)
