@@ -134,8 +134,10 @@ def _sincos_lowering(ctx, x):
     vectorize), XLA's own sine and cosine on fewer (a single state, the knots of a trajectory
     optimizer's sequential loops). On a few values the polynomials are no faster than the library
     calls they replace, and each is ~40 operations that XLA compiles again in every fusion that
-    reads it: the Panda's trajectory optimizer (``trajopt.ddp``, its first call) compiled 23.7k
-    lines of optimized HLO with them everywhere, 18.2k with XLA's sine and cosine on scalars."""
+    reads it: the Panda's trajectory optimizer (``trajopt.ddp``) compiles 21.3k lines of optimized
+    HLO, and its first call is 0.4-0.6 s shorter, where the polynomials everywhere gave 23.7k
+    (XLA's sine and cosine everywhere, its pass over all knots included: 18.2k lines, but a 5 %
+    slower solve). Batches keep the polynomials: at batch 4, XLA's made a rollout 25 % slower."""
     (aval,) = ctx.avals_in
     if aval.size >= NATIVE_BELOW:
         return mlir.lower_fun(_sincos_polynomial, multiple_results=True)(ctx, x)
