@@ -107,6 +107,37 @@ def test_sincos_takes_the_polynomials_on_arrays_and_the_library_on_a_single_valu
         np.testing.assert_allclose(np.asarray(dc, np.float64), -np.sin(np.float64(v)), atol=tol)
 
 
+def test_scalar_arithmetic_traces_the_equations_of_jnp_operators():
+    """mul, plus, minus and a Known's operators take lax's primitives directly where they can (a
+    faster trace); the equations, dtypes and weak types must be those jnp's operators make, for
+    strong and weak tracers, float32 and float64, batched or not, and mixed operands."""
+    ops = [(_kernels.mul, lambda a, b: a * b), (_kernels.plus, lambda a, b: a + b), (_kernels.minus, lambda a, b: a - b)]
+    f64, f32 = jnp.asarray(np.linspace(0.1, 0.5, 3)), jnp.asarray(np.linspace(0.1, 0.5, 3), jnp.float32)
+    values = {"f64": f64, "f32": f32, "f64 scalar": f64[0], "f32 scalar": f32[0], "weak": jnp.asarray(0.7)}
+
+    def same(f, g, *args):
+        jf, jg = jax.make_jaxpr(f)(*args), jax.make_jaxpr(g)(*args)
+        assert str(jf) == str(jg), (str(jf), str(jg))
+        assert [v.aval for v in jf.jaxpr.outvars] == [v.aval for v in jg.jaxpr.outvars]
+        np.testing.assert_array_equal(f(*args), g(*args))
+
+    for helper, operator in ops:
+        for x in values.values():
+            for y in values.values():
+                if jnp.result_type(x, y) == jnp.result_type(x) or jnp.result_type(x, y) == jnp.result_type(y):
+                    same(lambda a, b: helper(a, b), lambda a, b: operator(a, b), x, y)
+                    same(jax.vmap(helper), jax.vmap(operator), jnp.stack([x, x]), jnp.stack([y, y]))
+    for value in (2.5, -0.25):
+        known = _kernels.Known(value)
+        for x in values.values():
+            same(lambda a: known * a, lambda a: value * a, x)
+            same(lambda a: a * known, lambda a: value * a, x)
+            same(lambda a: known + a, lambda a: a + value, x)
+            same(lambda a: known - a, lambda a: value - a, x)
+            same(lambda a: a - known, lambda a: a - value, x)
+            same(jax.vmap(lambda a: known * a), jax.vmap(lambda a: value * a), jnp.stack([x, x]))
+
+
 def test_assembly_helpers():
     vals = [jnp.asarray(float(k)) for k in range(5)]
     np.testing.assert_array_equal(_kernels.vector(vals), np.arange(5.0))

@@ -46,10 +46,10 @@ def joint_frames(bodies, is_revolute, q):
         p = algebra._vec(p0)
         if rev:
             s, c = algebra.sincos(q[i])
-            R = tuple((r[0] * c + r[1] * s, r[1] * c - r[0] * s, r[2]) for r in rows)
+            R = tuple((algebra.plus(algebra.mul(r[0], c), algebra.mul(r[1], s)), algebra.minus(algebra.mul(r[1], c), algebra.mul(r[0], s)), r[2]) for r in rows)
         else:
             R = rows
-            p = tuple(p[k] + rows[k][2] * q[i] for k in range(3))
+            p = tuple(algebra.plus(p[k], algebra.mul(rows[k][2], q[i])) for k in range(3))
         frames.append((R, p))
     return frames
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import algebra
+from .algebra import minus, mul
 
 
 def cholesky_solve(M, b):
@@ -38,15 +39,15 @@ def cholesky_factor_scalars(M):
     for j in range(n):
         s = M[j][j]
         for k in range(j):
-            s = s - L[j][k] * L[j][k]
+            s = minus(s, mul(L[j][k], L[j][k]))
         inv = algebra.rsqrt(s)  # multiplications only: the factorization stays in one loop fusion
-        L[j][j] = s * inv
+        L[j][j] = mul(s, inv)
         inv_diag[j] = inv
         for i in range(j + 1, n):
             s = M[i][j]
             for k in range(j):
-                s = s - L[i][k] * L[j][k]
-            L[i][j] = s * inv_diag[j]
+                s = minus(s, mul(L[i][k], L[j][k]))
+            L[i][j] = mul(s, inv_diag[j])
     return L, inv_diag
 
 
@@ -57,14 +58,14 @@ def cholesky_solve_factored_scalars(L, inv_diag, b):
     for i in range(n):  # L y = b
         s = b[i]
         for k in range(i):
-            s = s - L[i][k] * y[k]
-        y[i] = s * inv_diag[i]
+            s = minus(s, mul(L[i][k], y[k]))
+        y[i] = mul(s, inv_diag[i])
     x = [None] * n
     for i in reversed(range(n)):  # L^T x = y
         s = y[i]
         for k in range(i + 1, n):
-            s = s - L[k][i] * x[k]
-        x[i] = s * inv_diag[i]
+            s = minus(s, mul(L[k][i], x[k]))
+        x[i] = mul(s, inv_diag[i])
     return x
 
 
