@@ -188,8 +188,9 @@ def _same(a, b) -> bool:
 
 # a b, a + b, a - b: the primitive itself where :func:`_same` holds, the operator otherwise (Knowns,
 # numbers, mixed dtypes or shapes). The operator on two tracers goes through jnp's promotion and a
-# nested jit, about 4x the tracing time of the primitive, for the same equation (the Panda's
-# trajectory optimizer traces ~8000 of them).
+# nested jit (about 4x the primitive's tracing time, for the same equation), and under the
+# trajectory optimizer's forward mode vmapped over directions it also put a broadcast_in_dim before
+# products with constants: 740 of them in the Panda's ddp, whose compile took 3.1 s instead of 2.5.
 def mul(a, b):
     return lax.mul(a, b) if _same(a, b) else a * b
 
@@ -281,7 +282,7 @@ class Known:
             return other
         if self.value == -1.0:
             return -other
-        if _strong(other):  # the same equation as the operator's, traced 4x faster
+        if _strong(other):  # the equation the operator makes, without jnp's promotion (see mul)
             return lax.mul(other.dtype.type(self.value), other)
         return self.value * other
 
