@@ -100,7 +100,7 @@ def test_sincos_takes_the_polynomials_on_arrays_and_the_library_on_a_single_valu
         assert np.asarray(s).dtype == dtype and np.asarray(c).dtype == dtype
         assert np.abs(np.asarray(s, np.float64) - np.sin(x[:n].astype(np.float64))).max() <= tol
         assert np.abs(np.asarray(c, np.float64) - np.cos(x[:n].astype(np.float64))).max() <= tol
-    # the primitive's own derivative (used where a jaxpr holding it is differentiated)
+    # the primitive's derivative rule (sincos's only one), on a scalar and on an array
     for v in (x[3], x):
         (s, c), (ds, dc) = jax.jvp(lambda t: tuple(_kernels._sincos_p.bind(t)), (v,), (np.ones_like(v),))
         np.testing.assert_allclose(np.asarray(ds, np.float64), np.cos(np.float64(v)), atol=tol)

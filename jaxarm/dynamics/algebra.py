@@ -89,7 +89,6 @@ def _taylor(r2, count, first):
     return acc
 
 
-@jax.custom_jvp
 def sincos(x):
     """(sin x, cos x), elementwise, as vectorizable polynomial arithmetic (on a single value, XLA's
     own sine and cosine: see :func:`_sincos_lowering`).
@@ -98,8 +97,8 @@ def sincos(x):
     products k * part are exact), Taylor polynomials for sin r and cos r, and the quadrant k
     mod 4 selecting and signing them. Accurate to about one ulp for |x| < 1.3e7 in float64
     (1.2e4 in float32, where the argument itself is then uncertain by more than 1e-3); beyond,
-    the error grows like |x| * 2^-53. Derivatives: d sin = cos dx, d cos = -sin dx (custom JVP,
-    so grad, jacfwd and hessian all work).
+    the error grows like |x| * 2^-53. Derivatives: d sin = cos dx, d cos = -sin dx (the
+    primitive's JVP rule, so grad, jacfwd and hessian all work).
     """
     x = jnp.asarray(x)
     dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.result_type(float)
@@ -148,29 +147,20 @@ def _sincos_lowering(ctx, x):
 
 _sincos_p = Primitive("jaxarm_sincos")
 _sincos_p.multiple_results = True
-_sincos_p.def_impl(lambda x: _sincos_compiled(x))  # eagerly: compiled, so that it takes the same form as in a jit
 _sincos_compiled = jax.jit(lambda x: tuple(_sincos_p.bind(x)))
+_sincos_p.def_impl(_sincos_compiled)  # eagerly: compiled, so that it takes the same form as in a jit
 _sincos_p.def_abstract_eval(lambda x: [jax.core.ShapedArray(x.shape, x.dtype, weak_type=x.weak_type)] * 2)
 mlir.register_lowering(_sincos_p, _sincos_lowering)
 batching.primitive_batchers[_sincos_p] = lambda args, dims: (_sincos_p.bind(args[0]), [dims[0]] * 2)
 
 
-def _sincos_p_jvp(primals, tangents):  # (sincos's custom JVP is the one used; this is for jaxprs evaluated again)
+def _sincos_jvp(primals, tangents):  # (JAX calls it only where the tangent is not a symbolic zero)
     (x,), (dx,) = primals, tangents
     s, c = _sincos_p.bind(x)
-    if type(dx) is ad.Zero:
-        return (s, c), (_zero(s), _zero(c))
     return (s, c), (c * dx, -s * dx)
 
 
-ad.primitive_jvps[_sincos_p] = _sincos_p_jvp
-
-
-@sincos.defjvp
-def _sincos_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    s, c = sincos(x)
-    return (s, c), (c * dx, -s * dx)
+ad.primitive_jvps[_sincos_p] = _sincos_jvp
 
 
 # --------------------------------------------------------------------------------------
