@@ -138,22 +138,73 @@ def _scans(jaxpr):
     return count
 
 
-def test_runge_kutta_stages_run_in_a_loop_on_a_cpu_and_one_after_the_other_elsewhere(monkeypatch):
-    """By name, "rk3" traces a loop over its stages on a CPU (one dynamics to compile) and the
-    stages one after the other on a GPU or TPU (no loop iterations to launch and synchronize)."""
+def test_runge_kutta_stages_run_in_a_loop_where_differentiated_on_a_cpu_and_one_after_the_other_elsewhere(monkeypatch):
+    """By name, "rk3" traces its stages one after the other in a rollout that is not
+    differentiated, on every platform; differentiated, a loop over its stages on a CPU (one
+    dynamics to compile, in forward and in reverse mode) and the stages one after the other on a
+    GPU or TPU (no loop iterations to launch and synchronize)."""
     from jaxarm import integrators
 
     arm = sim_arm(3)
     u = jnp.zeros((5, arm.n))
+    gain = jnp.ones(arm.n)
 
-    def program():
-        return jax.make_jaxpr(lambda u: jaxarm.rollout(arm, jnp.zeros(arm.n), jnp.zeros(arm.n), u, 0.01, on_divergence="flag").q)(u).jaxpr
+    def final(u, gain, method="rk3"):
+        return jnp.sum(jaxarm.rollout(arm, jnp.zeros(arm.n), jnp.zeros(arm.n), u * gain, 0.01, method=method,
+                                      on_divergence="flag").q[-1])
 
-    assert jax.default_backend() != "cpu" or _scans(program()) == 2  # the time loop and, inside it, the stages
+    def policy_final(gain, method="rk3"):  # differentiated through the policy's closure only
+        policy = lambda t, q, qd: -gain * qd  # noqa: E731
+        return jnp.sum(jaxarm.rollout(arm, jnp.ones(arm.n), jnp.zeros(arm.n), policy, 0.01, steps=5, method=method,
+                                      on_divergence="flag").q[-1])
+
+    def scans(f, *args):
+        return _scans(jax.make_jaxpr(f)(*args).jaxpr)
+
+    written = integrators.explicit_rk(*integrators.KUTTA3, loop=False)
+    looped = integrators.explicit_rk(*integrators.KUTTA3, loop=True)
+    assert scans(final, u, gain) == 1  # the time loop only
+    assert scans(jax.vmap(final), u[None], gain[None]) == 1
+    # differentiated: the program of the stage loop on a CPU (the time loop with a stage loop
+    # inside, forward and in reverse), of the stages one after the other elsewhere
+    form = looped if jax.default_backend() == "cpu" else written
+    derivatives = [
+        lambda m: scans(jax.grad(lambda u, g: final(u, g, m)), u, gain),
+        lambda m: scans(jax.grad(lambda g: policy_final(g, m)), gain),
+        lambda m: scans(lambda g: jax.jvp(lambda g: final(u, g, m), (g,), (g,)), gain),
+        lambda m: scans(jax.vmap(jax.grad(lambda u, g: final(u, g, m))), u[None], gain[None]),
+        lambda m: scans(jax.grad(lambda u, g: jnp.sum(jax.vmap(lambda u: final(u, g, m))(u))), u[None], gain),
+        lambda m: scans(jax.jacfwd(lambda g: final(u, g, m)), gain),
+    ]
+    for count in derivatives:
+        assert count("rk3") == count(form) and count(looped) > count(written)
     for platform in ("gpu", "tpu"):
         monkeypatch.setattr(integrators.jax, "default_backend", lambda: platform)
         assert not integrators.stages_in_a_loop()
-        assert _scans(program()) == 1  # the time loop only
+        assert scans(final, u, gain) == 1
+        assert derivatives[0]("rk3") == derivatives[0](written)
+
+
+def test_written_out_stages_store_their_accelerations_on_a_cpu_and_equal_the_loop():
+    """Written out, each stage's acceleration is the result of a conditional on a CPU (stored once,
+    not compiled into every fusion downstream); the values are the stage loop's."""
+    from jaxarm import integrators
+
+    arm = sim_arm(4)
+    rng = np.random.default_rng(5)
+    q0, qd0 = rng.uniform(-1, 1, (2, arm.n))
+    u = jnp.asarray(rng.uniform(-2, 2, (40, arm.n)))
+
+    def run(method):
+        return jax.jit(jax.vmap(lambda u: jaxarm.rollout(arm, q0, qd0, u, 2e-3, method=method, on_divergence="flag").q))
+
+    by_name = run("rk3")
+    if jax.default_backend() == "cpu":
+        text = by_name.lower(u[None]).compile().as_text()
+        assert text.count(" conditional(") == 3  # one per stage
+    looped = run(integrators.explicit_rk(*integrators.KUTTA3, loop=True))
+    for batch in (u[None], jnp.stack([u, -u, 0.5 * u])):
+        np.testing.assert_allclose(by_name(batch), looped(batch), rtol=1e-13, atol=1e-14)
 
 
 def test_rolled_rk3_rollout_equals_the_written_out_one_with_gradients():

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..dynamics import algebra
 from ..dynamics.forward import ACCELERATION
 
 
@@ -87,13 +88,27 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
     x + dt sum_i b_i k_i (Hairer, Norsett & Wanner, Solving ODEs I, II.1 eq. 1.8). Equal to the
     written-out form (e.g. :func:`rk3`) up to rounding.
 
-    loop: run the stages as a loop (``jax.lax.scan``), so the dynamics ``f`` is traced and compiled
-    once instead of once per stage (True), or one after the other (False). None (the default)
-    decides by the platform the step is traced for (``jax.default_backend()``): the loop on a CPU,
-    where it compiles 2-3x faster and runs as fast; the stages one after the other elsewhere: on a
-    GPU every loop iteration costs kernel launches and a read of the loop's predicate by the host,
-    which made a 1000-step RK3 rollout of the Puma at batch 1024 on an H100 3.5x slower with the
-    loop (83 us a step against 23.5; ``experiments/time_loop_shapes.py``, docs/benchmarks.md).
+    loop: how the stages are traced.
+
+    - ``True``: in a loop (``jax.lax.scan``), so the dynamics ``f`` is traced and compiled once
+      instead of once per stage.
+    - ``False``: one after the other, each stage's acceleration stored on a CPU
+      (:func:`jaxarm.dynamics.algebra.stored_after`; without it XLA:CPU compiled every stage's
+      dynamics into each fusion downstream: 2.4x slower than the loop). No loop overhead per
+      stage: a 1000-step RK3 rollout of the Puma 560 or the Panda runs 15-30 % faster than with
+      the loop at batches 1 to 4096, and its gradient 10-30 % faster, but the gradient's program
+      holds every stage's reverse pass and compiles in about twice the time (the Panda's: 7.6-8.8
+      s against 3.8-4.1 s).
+    - ``None`` (the default): by the platform the step is traced for (``jax.default_backend()``):
+      the loop on a CPU, the stages one after the other elsewhere (on a GPU every loop iteration
+      costs kernel launches and a read of the loop's predicate by the host, which made a
+      1000-step RK3 rollout of the Puma at batch 1024 on an H100 3.5x slower with the loop: 83 us
+      a step against 23.5; ``experiments/time_loop_shapes.py``, docs/benchmarks.md).
+
+    With ``loop=None``, :func:`jaxarm.rollout` runs the stages one after the other where nothing it
+    is given is being differentiated (the step's ``written_out``), and by the platform otherwise:
+    the steps ``"rk3"`` and ``"rk4"`` by name are made so.
+
     ``recompute``: in reverse mode each stage keeps its point and evaluates ``f`` again
     (:func:`_recomputed`); False stores f's intermediates instead, as before (trajectory
     optimization's own step, whose derivatives are written by hand, keeps that program).
@@ -106,49 +121,57 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
     if loop not in (None, True, False):
         raise ValueError(f"explicit_rk: loop: expected None (by platform), True or False, got {loop!r}")
 
-    def step(f, t, q, qd, dt):
-        q, qd = jnp.asarray(q), jnp.asarray(qd)
-        q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
+    def looped(f_stage, t, q, qd, dt):
+        A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
 
-        f_stage = _recomputed(f) if recompute else f  # the stage loop keeps each stage's point only
+        def put(K, i, kq, ka):  # stage i's derivatives into K (elementwise selects: they fuse under vmap)
+            return tuple((jnp.where(i == j, kq, Kq), jnp.where(i == j, ka, Ka)) for j, (Kq, Ka) in enumerate(K))
 
-        in_a_loop = stages_in_a_loop() if loop is None else loop
-        if in_a_loop:
-            A_, c_ = jnp.asarray(A, q.dtype), jnp.asarray(c, q.dtype)
+        def stage(carry, i):
+            # K: the s pairs (qd_j, a_j) found so far (zeros after); the previous stage's pair
+            # arrives through the loop's state and is put into K here, at the start of the next
+            # iteration. Put into K where it is computed, the dynamics would feed s selects, and
+            # XLA:CPU fuses a producer into each of its consumers: the whole forward dynamics
+            # was computed s times per stage (Puma, 4096 RK3 rollouts: 2.2e6 steps/s, now 4.1e6).
+            K, (kq_prev, ka_prev) = carry
+            K = put(K, i - 1, kq_prev, ka_prev)
+            qi, qdi = q, qd
+            for j in range(s - 1):
+                qi, qdi = qi + (dt * A_[i, j]) * K[j][0], qdi + (dt * A_[i, j]) * K[j][1]
+            a = jnp.asarray(f_stage(t + c_[i] * dt, qi, qdi), q.dtype)
+            return (K, (qdi, a)), None
 
-            def put(K, i, kq, ka):  # stage i's derivatives into K (elementwise selects: they fuse under vmap)
-                return tuple((jnp.where(i == j, kq, Kq), jnp.where(i == j, ka, Ka)) for j, (Kq, Ka) in enumerate(K))
+        zero = jnp.zeros_like(q)
+        (K, (kq, ka)), _ = jax.lax.scan(stage, (tuple((zero, zero) for _ in range(s)), (zero, zero)), jnp.arange(s))
+        return put(K, s - 1, kq, ka)
 
-            def stage(carry, i):
-                # K: the s pairs (qd_j, a_j) found so far (zeros after); the previous stage's pair
-                # arrives through the loop's state and is put into K here, at the start of the next
-                # iteration. Put into K where it is computed, the dynamics would feed s selects, and
-                # XLA:CPU fuses a producer into each of its consumers: the whole forward dynamics
-                # was computed s times per stage (Puma, 4096 RK3 rollouts: 2.2e6 steps/s, now 4.1e6).
-                K, (kq_prev, ka_prev) = carry
-                K = put(K, i - 1, kq_prev, ka_prev)
-                qi, qdi = q, qd
-                for j in range(s - 1):
-                    qi, qdi = qi + (dt * A_[i, j]) * K[j][0], qdi + (dt * A_[i, j]) * K[j][1]
-                a = jnp.asarray(f_stage(t + c_[i] * dt, qi, qdi), q.dtype)
-                return (K, (qdi, a)), None
+    def written(f_stage, t, q, qd, dt):
+        K = []
+        for i in range(s):  # the same stages, one after the other (the tableau's zeros skipped)
+            qi, qdi = q, qd
+            for j in range(i):
+                if A[i, j] != 0.0:
+                    qi, qdi = qi + (dt * float(A[i, j])) * K[j][0], qdi + (dt * float(A[i, j])) * K[j][1]
+            a = jnp.asarray(f_stage(t + float(c[i]) * dt, qi, qdi), q.dtype)
+            K.append((qdi, algebra.stored_after(a, q)))
+        return K
 
-            zero = jnp.zeros_like(q)
-            (K, (kq, ka)), _ = jax.lax.scan(stage, (tuple((zero, zero) for _ in range(s)), (zero, zero)), jnp.arange(s))
-            K = put(K, s - 1, kq, ka)
-        else:
-            K = []
-            for i in range(s):  # the same stages, one after the other (the tableau's zeros skipped)
-                qi, qdi = q, qd
-                for j in range(i):
-                    if A[i, j] != 0.0:
-                        qi, qdi = qi + (dt * float(A[i, j])) * K[j][0], qdi + (dt * float(A[i, j])) * K[j][1]
-                K.append((qdi, jnp.asarray(f_stage(t + float(c[i]) * dt, qi, qdi), q.dtype)))
+    def finish(K, q, qd, dt):
         q_next = q + dt * sum(float(b[j]) * K[j][0] for j in range(s))
         qd_next = qd + dt * sum(float(b[j]) * K[j][1] for j in range(s))
         return q_next, qd_next, (jnp.stack([K[j][1] for j in range(s)]) if stages else K[0][1])
 
+    def step(f, t, q, qd, dt):
+        q, qd = jnp.asarray(q), jnp.asarray(qd)
+        q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
+        f_stage = _recomputed(f) if recompute else f  # the stage loop keeps each stage's point only
+        in_a_loop = stages_in_a_loop() if loop is None else loop
+        return finish((looped if in_a_loop else written)(f_stage, t, q, qd, dt), q, qd, dt)
+
     step.recomputes_dynamics = recompute  # (read by rollout: no second jax.checkpoint around f)
+    # the same step with its stages one after the other: what a rollout that is not differentiated
+    # runs in place of a step whose form follows the platform (loop=None); a form asked for stays
+    step.written_out = explicit_rk(c, A, b, recompute, False, stages) if loop is None else step
     return step
 
 
@@ -169,7 +192,8 @@ rk4_rolled.__doc__ = "Classical fourth-order Runge-Kutta (as :func:`rk4`) with i
 
 # By name, "rk3" and "rk4" are the rolled forms: on a CPU a 1000-step RK3 rollout of the Puma 560
 # compiles ~2.5x faster and runs as fast or faster; on a GPU they trace their stages one after the
-# other (tests/test_xla_options.py checks both forms against rk3, rk4).
+# other (tests/test_xla_options.py checks both forms against rk3, rk4). A rollout that is not
+# differentiated runs their written-out form (``step.written_out``) on every platform.
 METHODS = {"rk3": rk3_rolled, "rk4": rk4_rolled, "euler": euler, "semi_implicit_euler": semi_implicit_euler}
 ORDER = {"rk3": 3, "rk4": 4, "euler": 1, "semi_implicit_euler": 1}
 

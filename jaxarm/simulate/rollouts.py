@@ -114,6 +114,43 @@ def _tangent_sources(tree):
             if isinstance(x, jax.core.Tracer) and jnp.issubdtype(x.dtype, jnp.inexact)]
 
 
+try:  # the tracers of forward- and reverse-mode differentiation, and vmap's (which may wrap them)
+    from jax._src.interpreters.ad import JVPTracer as _JVPTracer
+    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
+    try:
+        from jax._src.interpreters.ad import LinearizeTracer as _LinearizeTracer
+        _AD_TRACERS: tuple = (_JVPTracer, _LinearizeTracer)
+    except ImportError:  # pragma: no cover  (jax without a linearize trace: grad traces JVPs)
+        _AD_TRACERS = (_JVPTracer,)
+except ImportError:  # pragma: no cover
+    _AD_TRACERS, _BatchTracer = (), ()
+
+
+def _differentiated(values, functions=()) -> bool:
+    """Whether any array in ``values``, or closed over by ``functions`` (a policy, a DAC), carries a
+    tangent of a ``jax.jvp``/``jax.grad`` around this call. Only a hint for the form of the
+    program (see :func:`rollout`'s ``method``): a derivative taken further out (``jax.grad`` of a
+    ``jax.jit`` or of a ``lax.scan`` whose body calls ``rollout``) is missed, and is then the same
+    derivative of the other form."""
+    leaves = list(jax.tree_util.tree_leaves(values))
+    for fn in functions:
+        leaves += jax.tree_util.tree_leaves(fn)  # a pytree function (jax.tree_util.Partial, modules)
+        target = fn.func if isinstance(fn, functools.partial) else fn
+        if isinstance(fn, functools.partial):
+            leaves += jax.tree_util.tree_leaves((fn.args, fn.keywords))
+        for cell in getattr(target, "__closure__", None) or ():
+            try:
+                leaves += jax.tree_util.tree_leaves(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+    for x in leaves:
+        while isinstance(x, jax.core.Tracer):
+            if isinstance(x, _AD_TRACERS):
+                return True
+            x = getattr(x, "val", None) if isinstance(x, _BatchTracer) else None
+    return False
+
+
 def _as_schedule(x, T, width, name):
     x = jnp.asarray(x)
     if x.ndim == 1:
@@ -154,7 +191,12 @@ def rollout(
         with period ``hold * dt``); ``dac`` optionally quantizes/clips it (as Swartz's DACOut routine).
     f_ext: optional wrench on the tool, (6,) constant or (T, 6) schedule (see inverse_dynamics).
     method: "rk3" (default, Kutta), "rk4", "euler" (Craig 6.117), "semi_implicit_euler" or a
-        step function (see :mod:`jaxarm.integrators`).
+        step function (see :mod:`jaxarm.integrators`). A Runge-Kutta step by name (or one made
+        by :func:`jaxarm.integrators.explicit_rk` with ``loop=None``) runs its stages one after
+        the other where nothing given here (arm, states, inputs, a policy's or DAC's closure, dt)
+        is being differentiated by a ``jax.grad``/``jax.jvp`` around this call; differentiated,
+        in the form it was made with (a loop over the stages on a CPU, whose derivative program
+        compiles in half the time). The two give the same values to rounding.
     bound: a step whose |q| or |qd| exceeds this, or is not finite, counts as divergence.
     saturate: clip torque inputs at the joints' torque limits (``arm.limits.torque``, infinite by
         default) as a real drive would; voltage inputs are always clipped at ``voltage_limit``.
@@ -202,6 +244,11 @@ def rollout(
     if not isinstance(dt, jax.core.Tracer) and not float(dt) > 0:
         raise ValueError(f"rollout: dt: expected a positive time step, got {dt!r}")
     step_fn = integrators.get_method(method)
+    if not adjoint and not checkpoint and not _differentiated((arm, q0, qd0, inputs, dt, t0, f_ext), (inputs, dac)):
+        # nothing here is being differentiated: the Runge-Kutta stages one after the other (no
+        # loop overhead per stage: 15-30 % faster on a CPU); differentiated, the stage loop, whose
+        # derivative program compiles in half the time (integrators.explicit_rk)
+        step_fn = getattr(step_fn, "written_out", step_fn)
     # in reverse mode the time loop keeps each step's states and evaluates the dynamics again
     # rather than stacking their intermediates step by step (the stage loop of the Runge-Kutta
     # methods by name does this itself; the adjoint differentiates each step on its own)

@@ -1,0 +1,91 @@
+"""The two forms of a Runge-Kutta step on this machine: its stages in a loop, or written out.
+
+Both forms of the same 1000-step RK3 rollout (``jaxarm.integrators.explicit_rk(*KUTTA3,
+loop=True)`` and ``loop=False``, the form a rollout that is not differentiated runs) are compiled
+in one process and timed alternately, so that the machine's slow and fast episodes hit both. One
+JSON line per arm, dtype, batch and form: steps per second (best of ``--repeats`` calls) and the
+first call's time (trace, compile and run). ``--gradients`` adds the gradient of a rollout cost
+(the sum of squared final joint angles) with respect to the torques, in both forms.
+
+    python experiments/rk_stage_forms.py
+    python experiments/rk_stage_forms.py --arms panda --dtypes float32 --batches 256,4096 --plain-jit
+    python experiments/rk_stage_forms.py --arms puma560 --batches 1,16 --gradients
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxarm  # noqa: E402
+from jaxarm import integrators  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import benchmark as bench  # noqa: E402
+
+FORMS = {"loop": True, "written_out": False}
+
+
+def measure(name, dtype, batch, steps, repeats, plain, gradients):
+    arm = bench.benchmark_arm(name).astype(dtype)
+    rng = np.random.default_rng(0)
+    q0, qd0, tau = (jnp.asarray(x, dtype) for x in bench.rollout_inputs(arm, rng, batch, steps))
+    compile_with = jax.jit if plain else jaxarm.jit
+    programs = {}
+    for form, loop in FORMS.items():
+        method = integrators.explicit_rk(*integrators.KUTTA3, loop=loop)
+
+        def final(q0, qd0, u, method=method):
+            return jaxarm.rollout(arm, q0, qd0, u, 1e-3, method=method, on_divergence="flag").q[-1]
+
+        entries = {"rollout": compile_with(jax.vmap(final))}
+        if gradients:
+            entries["gradient"] = compile_with(jax.grad(lambda u, q0, qd0, final=final: jnp.sum(jax.vmap(final)(q0, qd0, u) ** 2)))
+        for kind, fn in entries.items():
+            args = (q0, qd0, tau) if kind == "rollout" else (tau, q0, qd0)
+            t = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            programs[(kind, form)] = [fn, args, time.perf_counter() - t, np.inf]
+    for _ in range(repeats):  # alternately
+        for entry in programs.values():
+            fn, args = entry[0], entry[1]
+            t = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            entry[3] = min(entry[3], time.perf_counter() - t)
+    for (kind, form), (_, _, first, best) in programs.items():
+        row = dict(arm=name, dtype=jnp.dtype(dtype).name, batch=batch, steps=steps, quantity=kind, form=form,
+                   jit="plain" if plain else "jaxarm", first_call_s=round(first, 2), seconds=round(best, 6))
+        if kind == "rollout":
+            row["steps_per_s"] = float(f"{batch * steps / best:.3g}")
+        print(json.dumps(row), flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arms", default="puma560,panda")
+    ap.add_argument("--dtypes", default="float64,float32")
+    ap.add_argument("--batches", default="1,16,256,4096")
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--plain-jit", action="store_true", help="compile with a plain jax.jit instead of jaxarm.jit")
+    ap.add_argument("--gradients", action="store_true", help="also the gradient of a rollout cost in both forms")
+    args = ap.parse_args(argv)
+    bench.PLAIN_JIT = args.plain_jit
+    print(json.dumps(dict(machine=bench.machine())), flush=True)
+    for name in args.arms.split(","):
+        for dtype in args.dtypes.split(","):
+            for batch in (int(b) for b in args.batches.split(",")):
+                measure(name, getattr(jnp, dtype), batch, args.steps, args.repeats, args.plain_jit, args.gradients)
+
+
+if __name__ == "__main__":
+    main()
