@@ -206,6 +206,20 @@ def test_written_out_stages_store_their_accelerations_on_a_cpu_and_equal_the_loo
     for batch in (u[None], jnp.stack([u, -u, 0.5 * u])):
         np.testing.assert_allclose(by_name(batch), looped(batch), rtol=1e-13, atol=1e-14)
 
+    # differentiated written out (asked for), forward and reverse mode: the loop's derivatives
+    def cost(u, loop):
+        method = integrators.explicit_rk(*integrators.KUTTA3, loop=loop)
+        q = jaxarm.rollout(arm, q0, qd0, u, 2e-3, method=method, on_divergence="flag").q
+        return jnp.sum(q[-1] ** 2) + jnp.sum(jnp.sin(q[len(q) // 2]))
+
+    grads = [jax.jit(jax.grad(lambda u, loop=loop: cost(u, loop)))(u) for loop in (False, True)]
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-10, atol=1e-13)
+    assert float(jnp.max(jnp.abs(grads[1]))) > 1e-6
+    direction = jnp.asarray(rng.normal(size=u.shape))
+    tangents = [jax.jvp(lambda u, loop=loop: cost(u, loop), (u,), (direction,))[1] for loop in (False, True)]
+    np.testing.assert_allclose(tangents[0], tangents[1], rtol=1e-10)
+    np.testing.assert_allclose(tangents[1], jnp.sum(grads[1] * direction), rtol=1e-10)
+
 
 def test_rolled_rk3_rollout_equals_the_written_out_one_with_gradients():
     from jaxarm import integrators

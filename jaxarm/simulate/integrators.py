@@ -95,10 +95,11 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
     - ``False``: one after the other, each stage's acceleration stored on a CPU
       (:func:`jaxarm.dynamics.algebra.stored_after`; without it XLA:CPU compiled every stage's
       dynamics into each fusion downstream: 2.4x slower than the loop). No loop overhead per
-      stage: a 1000-step RK3 rollout of the Puma 560 or the Panda runs 15-30 % faster than with
-      the loop at batches 1 to 4096, and its gradient 10-30 % faster, but the gradient's program
-      holds every stage's reverse pass and compiles in about twice the time (the Panda's: 7.6-8.8
-      s against 3.8-4.1 s).
+      stage: a 1000-step RK3 rollout of the Puma 560 or the Panda runs 8-41 % faster than with
+      the loop at batches 1 to 4096, and its gradient 16-30 % faster, but the gradient's program
+      holds every stage's reverse pass and takes longer to compile (the Panda's at batch 16:
+      first call 7.7 s against 4.6 s; docs/benchmarks.md, "The Runge-Kutta stages written out
+      on a CPU").
     - ``None`` (the default): by the platform the step is traced for (``jax.default_backend()``):
       the loop on a CPU, the stages one after the other elsewhere (on a GPU every loop iteration
       costs kernel launches and a read of the loop's predicate by the host, which made a
