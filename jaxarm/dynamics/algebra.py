@@ -676,7 +676,6 @@ def matrix(rows, dtype=None):
     return jnp.stack([jnp.asarray(materialize(x, dtype), dtype) for x in flat]).reshape(n, m)
 
 
-
 def _stored_by(x, witness):
     """x as the result of a conditional whose predicate reads ``witness``'s first entry (equal to
     itself: false only for a NaN, where the other branch gives x as well), see :func:`_stored`. A
