@@ -165,6 +165,13 @@ def test_runge_kutta_stages_run_in_a_loop_where_differentiated_on_a_cpu_and_one_
     looped = integrators.explicit_rk(*integrators.KUTTA3, loop=True)
     assert scans(final, u, gain) == 1  # the time loop only
     assert scans(jax.vmap(final), u[None], gain[None]) == 1
+
+    # a vmap over stacked arms, every leaf traced (the kinematics too): the form by platform
+    def on_arm(a, u):
+        return jnp.sum(jaxarm.rollout(a, jnp.zeros(arm.n), jnp.zeros(arm.n), u, 0.01, on_divergence="flag").q[-1])
+
+    stacked = (jaxarm.stack_arms([arm, arm]), jnp.stack([u, u]))
+    assert scans(jax.vmap(on_arm), *stacked) == (2 if jax.default_backend() == "cpu" else 1)
     # differentiated: the program of the stage loop on a CPU (the time loop with a stage loop
     # inside, forward and in reverse), of the stages one after the other elsewhere
     form = looped if jax.default_backend() == "cpu" else written
@@ -182,6 +189,7 @@ def test_runge_kutta_stages_run_in_a_loop_where_differentiated_on_a_cpu_and_one_
         monkeypatch.setattr(integrators.jax, "default_backend", lambda: platform)
         assert not integrators.stages_in_a_loop()
         assert scans(final, u, gain) == 1
+        assert scans(jax.vmap(on_arm), *stacked) == 1
         assert derivatives[0]("rk3") == derivatives[0](written)
 
 
