@@ -141,7 +141,7 @@ def _differentiated(values, functions=()) -> bool:
         for cell in getattr(target, "__closure__", None) or ():
             try:
                 leaves += jax.tree_util.tree_leaves(cell.cell_contents)
-            except ValueError:  # an empty cell
+            except (ValueError, TypeError):  # an empty cell; a dict whose keys do not sort
                 pass
     for x in leaves:
         while isinstance(x, jax.core.Tracer):
