@@ -537,18 +537,20 @@ def _identity_transpose(into):
     return transpose
 
 
-def _stored(x):
+def _stored(x, witness=None):
     """x computed into a buffer of its own: the result of a conditional (XLA:CPU fuses no producer
     into a conditional's branches nor the branches into the conditional's consumers), whose
-    predicate XLA cannot know (x's first entry equals itself, false only for a NaN, where the other
-    branch gives x as well). The predicate reads one entry: its fusion evaluates x's expression at
-    that entry only. Measured against the product with the identity used before (a dot, which
-    XLA:CPU does not fuse either, but which it ran at about 7 us for a (256, 6) x (6, 6) product):
-    plain reverse mode through 1000 RK3 steps 10 % faster for the Puma at batches 16 and 256 and
-    4-7 % for the Panda (1 % at batch 1), compile within 0.5 s of before."""
+    predicate XLA cannot know (the first entry of ``witness``, by default x, equals itself: false
+    only for a NaN, where the other branch gives x as well). The predicate reads one entry: its
+    fusion evaluates x's expression at that entry only (at batch 1, that is the whole of x: a cheap
+    witness, such as a step's input state, spares it). Measured against the product with the
+    identity used before (a dot, which XLA:CPU does not fuse either, but which it ran at about 7 us
+    for a (256, 6) x (6, 6) product): plain reverse mode through 1000 RK3 steps 10 % faster for the
+    Puma at batches 16 and 256 and 4-7 % for the Panda (1 % at batch 1), compile within 0.5 s of
+    before."""
     if x.size == 0:
         return x
-    first = x.reshape(-1)[0]
+    first = (x if witness is None else witness).reshape(-1)[0]
     return jax.lax.cond(first == first, lambda v: v, lambda v: v * jnp.ones((), v.dtype), x)
 
 
@@ -578,8 +580,12 @@ def _materialized_cpu(ctx, x):
     program partitioned over several (``jax.sharding``), whose conditional's predicate would be
     gathered from the device holding the first entry at every use, by a product with the
     identity, which each device computes on its own part."""
-    single = getattr(ctx.module_context.axis_context, "num_devices", None) == 1
-    return (_STORED if single else _DOT_IDENTITY)(ctx, x)
+    return (_STORED if _one_device(ctx) else _DOT_IDENTITY)(ctx, x)
+
+
+def _one_device(ctx):
+    """Whether the program being lowered runs on one device (not partitioned by ``jax.sharding``)."""
+    return getattr(ctx.module_context.axis_context, "num_devices", None) == 1
 
 
 # on a CPU the materialized cotangent is stored (_materialized_cpu); elsewhere (GPU, TPU) it is x
@@ -676,29 +682,18 @@ def matrix(rows, dtype=None):
     return jnp.stack([jnp.asarray(materialize(x, dtype), dtype) for x in flat]).reshape(n, m)
 
 
-def _stored_by(x, witness):
-    """x as the result of a conditional whose predicate reads ``witness``'s first entry (equal to
-    itself: false only for a NaN, where the other branch gives x as well), see :func:`_stored`. A
-    cheap witness (a step's input state) keeps the predicate's fusion from evaluating x's own
-    expression once more, as reading x's first entry does: at batch 1 that is the whole of x."""
-    first = witness.reshape(-1)[0]
-    return jax.lax.cond(first == first, lambda v: v, lambda v: v * jnp.ones((), v.dtype), x)
-
-
 _stored_after_p = Primitive("jaxarm_stored_after")
 _stored_after_p.def_impl(lambda x, witness: x)
 _stored_after_p.def_abstract_eval(lambda x, witness: x)
 mlir.register_lowering(_stored_after_p, lambda ctx, x, witness: [x])
-_STORED_BY = mlir.lower_fun(_stored_by, multiple_results=False)
+_STORED_AFTER = mlir.lower_fun(_stored, multiple_results=False)
 _DOT_IDENTITY_OF_FIRST = mlir.lower_fun(lambda x, witness: _dot_identity(x), multiple_results=False)
 
 
 def _stored_after_cpu(ctx, x, witness):
-    """As :func:`_materialized_cpu`: the conditional in a program for one device, the product with
-    the identity in one partitioned over several."""
-    if getattr(ctx.module_context.axis_context, "num_devices", None) == 1:
-        return _STORED_BY(ctx, x, witness)
-    return _DOT_IDENTITY_OF_FIRST(ctx, x, witness)
+    """As :func:`_materialized_cpu`: the conditional (its predicate read from the witness) in a
+    program for one device, the product with the identity in one partitioned over several."""
+    return (_STORED_AFTER if _one_device(ctx) else _DOT_IDENTITY_OF_FIRST)(ctx, x, witness)
 
 
 mlir.register_lowering(_stored_after_p, _stored_after_cpu, platform="cpu")

@@ -135,10 +135,10 @@ def _differentiated(values, functions=()) -> bool:
     leaves = list(jax.tree_util.tree_leaves(values))
     for fn in functions:
         leaves += jax.tree_util.tree_leaves(fn)  # a pytree function (jax.tree_util.Partial, modules)
-        target = fn.func if isinstance(fn, functools.partial) else fn
         if isinstance(fn, functools.partial):
             leaves += jax.tree_util.tree_leaves((fn.args, fn.keywords))
-        for cell in getattr(target, "__closure__", None) or ():
+            fn = fn.func
+        for cell in getattr(fn, "__closure__", None) or ():
             try:
                 leaves += jax.tree_util.tree_leaves(cell.cell_contents)
             except (ValueError, TypeError):  # an empty cell; a dict whose keys do not sort
