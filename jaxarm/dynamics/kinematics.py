@@ -39,7 +39,7 @@ def joint_frames(bodies, is_revolute, q):
     and its third is R0's; prismatic: R = R0, p = p0 + q R0 z.
     """
     frames = []
-    q = algebra.entries(q)
+    q = algebra.entries(q, whole=True)  # read whole on a CPU: the batched loop stays vectorized (entries)
     for i, rev in enumerate(is_revolute):
         R0, p0 = bodies.rotation[i], bodies.translation[i]
         rows = algebra._mat(R0)
