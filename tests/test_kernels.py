@@ -452,15 +452,19 @@ def test_batched_dynamics_read_the_first_and_last_joint_angle_on_a_cpu(monkeypat
         assert any(0 not in cols for cols in compiled_columns())
 
 
-def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
+@pytest.mark.parametrize("witness", [False, True], ids=["own-entry", "witness"])
+def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations(witness):
     """The three primitives of the algebra (entries, vector with cotangent_by_split, cotangent_once) give the values and
     derivatives of a split, a stack and the identity under jit, vmap (either axis), jvp, grad,
     jacfwd, jacrev and hessian; cotangent_once's reverse mode holds one stored copy (on a CPU, a
-    conditional: XLA:CPU fuses nothing into one) and its forward mode none."""
+    conditional: XLA:CPU fuses nothing into one) and its forward mode none. With a witness the
+    stored copy is stored_after's, whose predicate reads the witness."""
     from jaxarm.dynamics.algebra import cotangent_once, vector
 
+    once = (lambda x: cotangent_once(x, witness=x)) if witness else cotangent_once  # the primal: at hand in reverse mode
+
     def ours(v):
-        e = _kernels.entries(cotangent_once(v))
+        e = _kernels.entries(once(v))
         by_split = vector([e[0] * e[1], jnp.sin(e[2]), e[0] ** 3], cotangent_by_split=True)
         by_selects = vector([e[2], e[1] * e[1], e[0]])
         return jnp.sum(by_split * jnp.asarray([1.0, 2.0, 3.0])) + jnp.sum(by_selects ** 2)
@@ -481,8 +485,10 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations():
     # a vector of scalars some of which are batched and some not
     w = jax.vmap(lambda a: vector([a, jnp.asarray(2.0), a * a], cotangent_by_split=True))(jnp.asarray([1.0, 3.0]))
     assert_close(w, jnp.asarray([[1.0, 2.0, 1.0], [3.0, 2.0, 9.0]]), 0.0, "vector with an unbatched entry")
-    assert _count(jax.make_jaxpr(jax.grad(ours))(v), "jaxarm_materialized") == 1
-    assert _count(jax.make_jaxpr(lambda v, t: jax.jvp(ours, (v,), (t,)))(v, t), "jaxarm_materialized") == 0
+    stored, other = ("jaxarm_stored_after", "jaxarm_materialized") if witness else ("jaxarm_materialized", "jaxarm_stored_after")
+    assert _count(jax.make_jaxpr(jax.grad(ours))(v), stored) == 1 and _count(jax.make_jaxpr(jax.grad(ours))(v), other) == 0
+    forward = jax.make_jaxpr(lambda v, t: jax.jvp(ours, (v,), (t,)))(v, t)
+    assert _count(forward, "jaxarm_materialized") == 0 and _count(forward, "jaxarm_stored_after") == 0
     if jax.default_backend() == "cpu":  # lowered as a conditional on a CPU only
         assert " conditional(" in jax.jit(jax.vmap(jax.grad(ours))).lower(V).compile().as_text()
         assert " conditional(" not in jax.jit(jax.vmap(jax.grad(plain))).lower(V).compile().as_text()

@@ -460,7 +460,7 @@ def entries(x, *, whole=False):
     return list(_entries_p.bind(x, whole=bool(whole)))
 
 
-def cotangent_once(x):
+def cotangent_once(x, witness=None):
     """x itself; in reverse mode its cotangent is computed once, into an array of its own.
 
     XLA:CPU fuses an elementwise producer into every consumer that can take it, so a deep
@@ -469,7 +469,18 @@ def cotangent_once(x):
     result of a conditional (:func:`_stored`), which XLA:CPU never fuses into its consumers, so the
     cotangent is materialized and its consumers read it (on other platforms it is the identity). Without
     differentiation and in forward mode it is the identity and costs nothing (no operation is
-    emitted)."""
+    emitted).
+
+    ``witness``: a traced value the derivative is taken at and that is at hand in the reverse pass
+    (the state of a forward dynamics); the conditional's predicate then reads its first entry (as
+    :func:`stored_after`). Without it the predicate reads the cotangent's own first entry, and its
+    fusion evaluates the whole cotangent expression for that entry, which at batch 1 is all of it:
+    with the state as witness, plain reverse mode through 1000 RK3 steps got faster (see
+    docs/how-it-works.md, "Stored cotangents by conditionals")."""
+    # a witness that is not traced would be a constant of the program, and XLA would fold the
+    # conditional away: the cotangent's own entry then
+    if isinstance(witness, jax.core.Tracer) and witness.size and jnp.size(x):
+        return _cotangent_once_after_p.bind(x, witness)
     return _cotangent_once_p.bind(x)
 
 
@@ -735,6 +746,37 @@ def _stored_after_jvp(primals, tangents):
 
 batching.primitive_batchers[_stored_after_p] = _stored_after_batch
 ad.primitive_jvps[_stored_after_p] = _stored_after_jvp
+
+
+# cotangent_once with a witness: the identity; its transpose stores the cotangent by the
+# conditional of stored_after, whose predicate reads the witness
+_cotangent_once_after_p = Primitive("jaxarm_cotangent_once_after")
+_cotangent_once_after_p.def_impl(lambda x, witness: x)
+_cotangent_once_after_p.def_abstract_eval(lambda x, witness: x)
+mlir.register_lowering(_cotangent_once_after_p, lambda ctx, x, witness: [x])
+
+
+def _cotangent_once_after_batch(args, dims):
+    (x, witness), (dx, _) = args, dims
+    if dx is None:
+        return _cotangent_once_after_p.bind(x, witness), None
+    return _cotangent_once_after_p.bind(jnp.moveaxis(x, dx, 0), witness), 0
+
+
+def _cotangent_once_after_jvp(primals, tangents):
+    (x, witness), (t, _) = primals, tangents
+    return _cotangent_once_after_p.bind(x, witness), (t if type(t) is ad.Zero else _cotangent_once_after_p.bind(t, witness))
+
+
+def _cotangent_once_after_transpose(ct, x, witness):
+    if type(ct) is ad.Zero:
+        return [_zero(x.aval), None]
+    return [_stored_after_p.bind(ct, witness), None]
+
+
+batching.primitive_batchers[_cotangent_once_after_p] = _cotangent_once_after_batch
+ad.primitive_jvps[_cotangent_once_after_p] = _cotangent_once_after_jvp
+ad.primitive_transposes[_cotangent_once_after_p] = _cotangent_once_after_transpose
 
 
 def stored_after(x, witness):

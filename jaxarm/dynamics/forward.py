@@ -65,7 +65,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
         # differentiate inverse dynamics along the inputs that have a tangent only (a zero tangent,
         # e.g. of a traced arm that is not differentiated, would otherwise be carried as numbers)
         d_values, dq, dqd, dtau, df_ext = tangents
-        dq, dqd, dtau = (t if isinstance(t, SymbolicZero) else cotangent_once(t) for t in (dq, dqd, dtau))
+        dq, dqd, dtau = (t if isinstance(t, SymbolicZero) else cotangent_once(t, q) for t in (dq, dqd, dtau))
         inputs, d_all = [*values, q, qd, f_ext], [*d_values, dq, dqd, df_ext]
         moving = [i for i, t in enumerate(d_all) if not isinstance(t, SymbolicZero)]
         k = len(values)
@@ -85,7 +85,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None):
         # without it XLA:CPU fused the mass matrix, its factorization and the solve into each of
         # them (plain reverse mode through 1000 RK3 steps at batch 16: Panda 43.2 -> 35.8 ms, Puma
         # 30.1 -> 28.3 ms; batch 256: 226 -> 213 and 175 -> 162 ms; batch 1 within 2 %)
-        rhs = cotangent_once(rhs)
+        rhs = cotangent_once(rhs, q)
         return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, entries(rhs)), qdd.dtype, cotangent_by_split=True)
 
     fd.defjvp(fd_jvp, symbolic_zeros=True)
