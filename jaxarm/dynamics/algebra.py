@@ -454,7 +454,7 @@ def entries(x, *, whole=False):
     the last vector's worth of rows as scalar code (LLVM's ``requiresScalarEpilogue``). At batch 16
     in float32 (8 lanes) that was half the rows: a 1000-step RK3 rollout of the Puma ran at 2.9e6
     steps/s, against 5.8e6 at batch 8. Joint angles are read this way (:func:`joint_frames`). On
-    other platforms, and without ``whole``, a plain split."""
+    other platforms, for a single vector (a batch of one), and without ``whole``, a plain split."""
     if not isinstance(x, jax.Array) or jnp.ndim(x) != 1:
         return x
     return list(_entries_p.bind(x, whole=bool(whole)))
@@ -537,9 +537,10 @@ def _entries_transpose(cts, x, whole=False):
 
 def _entries_read_whole(x, whole=False):
     """On a CPU, entries that read the vector's first and last entries as well (``whole``): each
-    plus zero times their sum (see :func:`entries`)."""
+    plus zero times their sum (see :func:`entries`). A single vector (not batched, or a batch of
+    one) has no loop over the batch to vectorize: its entries are the split's."""
     parts = _entries_impl(x)
-    if not whole or len(parts) < 2:
+    if not whole or len(parts) < 2 or x.size == x.shape[-1]:
         return parts
     touch = jnp.zeros((), x.dtype) * (parts[0] + parts[-1])
     return [p + touch for p in parts]
