@@ -15,6 +15,7 @@ first call's time (trace, compile and run). ``--gradients`` adds the gradient of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -35,14 +36,22 @@ import benchmark as bench  # noqa: E402
 FORMS = {"loop": True, "written_out": False}
 
 
-def measure(name, dtype, batch, steps, repeats, plain, gradients):
+def stage_forms():
+    """The variants this script compares: {label: (method, context while tracing)}."""
+    return {form: (integrators.explicit_rk(*integrators.KUTTA3, loop=loop), contextlib.nullcontext)
+            for form, loop in FORMS.items()}
+
+
+def measure(name, dtype, batch, steps, repeats, plain, gradients, variants, label="form"):
+    """Compile each variant's rollout (and gradient) in this process, the variant's context open
+    while it is traced, then time all of them alternately; one JSON line per program, the
+    variant's name under ``label``."""
     arm = bench.benchmark_arm(name).astype(dtype)
     rng = np.random.default_rng(0)
     q0, qd0, tau = (jnp.asarray(x, dtype) for x in bench.rollout_inputs(arm, rng, batch, steps))
     compile_with = jax.jit if plain else jaxarm.jit
     programs = {}
-    for form, loop in FORMS.items():
-        method = integrators.explicit_rk(*integrators.KUTTA3, loop=loop)
+    for variant, (method, context) in variants.items():
 
         def final(q0, qd0, u, method=method):
             return jaxarm.rollout(arm, q0, qd0, u, 1e-3, method=method, on_divergence="flag").q[-1]
@@ -52,39 +61,41 @@ def measure(name, dtype, batch, steps, repeats, plain, gradients):
             entries["gradient"] = compile_with(jax.grad(lambda u, q0, qd0, final=final: jnp.sum(jax.vmap(final)(q0, qd0, u) ** 2)))
         for kind, fn in entries.items():
             args = (q0, qd0, tau) if kind == "rollout" else (tau, q0, qd0)
-            t = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            programs[(kind, form)] = [fn, args, time.perf_counter() - t, np.inf]
+            with context():  # traced and compiled at the first call
+                t = time.perf_counter()
+                jax.block_until_ready(fn(*args))
+            programs[(kind, variant)] = [fn, args, time.perf_counter() - t, np.inf]
     for _ in range(repeats):  # alternately
         for entry in programs.values():
             fn, args = entry[0], entry[1]
             t = time.perf_counter()
             jax.block_until_ready(fn(*args))
             entry[3] = min(entry[3], time.perf_counter() - t)
-    for (kind, form), (_, _, first, best) in programs.items():
-        row = dict(arm=name, dtype=jnp.dtype(dtype).name, batch=batch, steps=steps, quantity=kind, form=form,
+    for (kind, variant), (_, _, first, best) in programs.items():
+        row = dict(arm=name, dtype=jnp.dtype(dtype).name, batch=batch, steps=steps, quantity=kind, **{label: variant},
                    jit="plain" if plain else "jaxarm", first_call_s=round(first, 2), seconds=round(best, 6))
         if kind == "rollout":
             row["steps_per_s"] = float(f"{batch * steps / best:.3g}")
         print(json.dumps(row), flush=True)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None, description=None, variants=stage_forms, label="form", batches="1,16,256,4096", repeats=5):
+    """The command line of this script, and of the scripts that compare other variants with it."""
+    ap = argparse.ArgumentParser(description=description or __doc__.split("\n")[0])
     ap.add_argument("--arms", default="puma560,panda")
     ap.add_argument("--dtypes", default="float64,float32")
-    ap.add_argument("--batches", default="1,16,256,4096")
+    ap.add_argument("--batches", default=batches)
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--plain-jit", action="store_true", help="compile with a plain jax.jit instead of jaxarm.jit")
-    ap.add_argument("--gradients", action="store_true", help="also the gradient of a rollout cost in both forms")
+    ap.add_argument("--gradients", action="store_true", help="also the gradient of a rollout cost, every variant")
     args = ap.parse_args(argv)
     bench.PLAIN_JIT = args.plain_jit
     print(json.dumps(dict(machine=bench.machine())), flush=True)
     for name in args.arms.split(","):
         for dtype in args.dtypes.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
-                measure(name, getattr(jnp, dtype), batch, args.steps, args.repeats, args.plain_jit, args.gradients)
+                measure(name, getattr(jnp, dtype), batch, args.steps, args.repeats, args.plain_jit, args.gradients, variants(), label)
 
 
 if __name__ == "__main__":
