@@ -134,6 +134,50 @@ def test_stage_loop_gradients_equal_the_written_out_method():
         np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-11 * float(jnp.max(jnp.abs(w))))
 
 
+def test_the_stages_share_one_traced_dynamics():
+    """The Runge-Kutta steps made from a tableau call the dynamics under one ``jax.jit`` of its
+    own, so the stages share one traced jaxpr: jax batches, linearizes and transposes it once for
+    all stages rather than once per stage (shorter tracing; XLA inlines the calls). Forward: three
+    calls of one jaxpr; reverse mode: each of its three programs (the primal part, the part
+    recomputed in the reverse pass, its transpose) once, called by all three stages. The stage
+    loop holds one call of each. The derivative equals that of the dynamics traced per stage."""
+    arm = sim_arm(2)
+    u = jnp.asarray(np.random.default_rng(1).uniform(-2.0, 2.0, (4, 3)))
+    written = integrators.explicit_rk(*integrators.KUTTA3, loop=False)
+    looped = integrators.explicit_rk(*integrators.KUTTA3, loop=True)
+
+    def final(u, method):
+        return jnp.sum(jaxarm.rollout(arm, jnp.zeros(3), jnp.zeros(3), u, 0.01, method=method, on_divergence="flag").q[-1] ** 2)
+
+    def stage_calls(jaxpr):
+        """(calls, distinct jaxprs) of the jitted stage dynamics in a jaxpr and its sub-jaxprs."""
+        calls, programs = 0, set()
+
+        def walk(j):
+            nonlocal calls
+            for e in j.eqns:
+                if e.primitive.name in ("jit", "pjit") and e.params["name"] == "accel":
+                    calls += 1
+                    programs.add(id(e.params["jaxpr"].jaxpr))
+                for p in e.params.values():
+                    for sub in p if isinstance(p, (list, tuple)) else [p]:
+                        if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                            walk(sub.jaxpr)
+                        elif isinstance(sub, jax.extend.core.Jaxpr):
+                            walk(sub)
+
+        walk(jaxpr.jaxpr)
+        return calls, len(programs)
+
+    assert stage_calls(jax.make_jaxpr(lambda u: final(u, written))(u)) == (3, 1)
+    assert stage_calls(jax.make_jaxpr(jax.grad(lambda u: final(u, written)))(u)) == (9, 3)
+    assert stage_calls(jax.make_jaxpr(lambda u: final(u, looped))(u)) == (1, 1)
+    # the same derivative as the written-out step traced stage by stage (integrators.rk3)
+    g = jax.grad(lambda u: final(u, written))(u)
+    w = jax.grad(lambda u: final(u, integrators.rk3))(u)
+    np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-12 * float(jnp.max(jnp.abs(w))))
+
+
 # --------------------------------------------------------------------------------------
 # Convergence order on nonlinear arms: free motion under gravity for 1 s
 

@@ -10,6 +10,7 @@ import numpy as np
 
 import jaxarm
 from jaxarm.core import xla as _xla
+from tests.helpers import random_arm
 from tests.helpers_sim import BLOCK, roll, sim_arm, with_drives
 
 
@@ -138,18 +139,20 @@ def _scans(jaxpr):
     return count
 
 
-def test_runge_kutta_stages_run_in_a_loop_where_differentiated_on_a_cpu_and_one_after_the_other_elsewhere(monkeypatch):
+def test_runge_kutta_stages_run_written_out_unless_a_derivative_needs_the_loop_on_a_cpu(monkeypatch):
     """By name, "rk3" traces its stages one after the other in a rollout that is not
-    differentiated, on every platform; differentiated, a loop over its stages on a CPU (one
-    dynamics to compile, in forward and in reverse mode) and the stages one after the other on a
-    GPU or TPU (no loop iterations to launch and synchronize)."""
+    differentiated, on every platform, and in one differentiated in reverse mode only with the arm
+    held constant while stages x joints <= WRITTEN_OUT_GRADIENT_SIZE (faster gradients that still
+    compile quickly). A forward-mode derivative, a differentiated arm, or a larger program gets a
+    loop over the stages on a CPU (one dynamics to compile), and the stages one after the other on
+    a GPU or TPU (no loop iterations to launch and synchronize)."""
     from jaxarm import integrators
 
     arm = sim_arm(3)
     u = jnp.zeros((5, arm.n))
     gain = jnp.ones(arm.n)
 
-    def final(u, gain, method="rk3"):
+    def final(u, gain, method="rk3", arm=arm):
         return jnp.sum(jaxarm.rollout(arm, jnp.zeros(arm.n), jnp.zeros(arm.n), u * gain, 0.01, method=method,
                                       on_divergence="flag").q[-1])
 
@@ -157,6 +160,9 @@ def test_runge_kutta_stages_run_in_a_loop_where_differentiated_on_a_cpu_and_one_
         policy = lambda t, q, qd: -gain * qd  # noqa: E731
         return jnp.sum(jaxarm.rollout(arm, jnp.ones(arm.n), jnp.zeros(arm.n), policy, 0.01, steps=5, method=method,
                                       on_divergence="flag").q[-1])
+
+    def arm_final(a, method="rk3"):  # differentiated with respect to the arm (identification)
+        return final(u + 1.0, gain, method, arm=a)
 
     def scans(f, *args):
         return _scans(jax.make_jaxpr(f)(*args).jaxpr)
@@ -172,25 +178,42 @@ def test_runge_kutta_stages_run_in_a_loop_where_differentiated_on_a_cpu_and_one_
 
     stacked = (jaxarm.stack_arms([arm, arm]), jnp.stack([u, u]))
     assert scans(jax.vmap(on_arm), *stacked) == (2 if jax.default_backend() == "cpu" else 1)
-    # differentiated: the program of the stage loop on a CPU (the time loop with a stage loop
-    # inside, forward and in reverse), of the stages one after the other elsewhere
-    form = looped if jax.default_backend() == "cpu" else written
-    derivatives = [
+    on_cpu = jax.default_backend() == "cpu"
+    # reverse mode only, the arm constant, 3 stages x 3 joints: written out on every platform
+    gradients = [
         lambda m: scans(jax.grad(lambda u, g: final(u, g, m)), u, gain),
         lambda m: scans(jax.grad(lambda g: policy_final(g, m)), gain),
-        lambda m: scans(lambda g: jax.jvp(lambda g: final(u, g, m), (g,), (g,)), gain),
         lambda m: scans(jax.vmap(jax.grad(lambda u, g: final(u, g, m))), u[None], gain[None]),
         lambda m: scans(jax.grad(lambda u, g: jnp.sum(jax.vmap(lambda u: final(u, g, m))(u))), u[None], gain),
-        lambda m: scans(jax.jacfwd(lambda g: final(u, g, m)), gain),
     ]
-    for count in derivatives:
+    for count in gradients:
+        assert count("rk3") == count(written) and count(looped) > count(written)
+    # forward mode, or the arm differentiated: the stage loop on a CPU, written out elsewhere
+    form = looped if on_cpu else written
+    others = [
+        lambda m: scans(lambda g: jax.jvp(lambda g: final(u, g, m), (g,), (g,)), gain),
+        lambda m: scans(jax.jacfwd(lambda g: final(u, g, m)), gain),
+        lambda m: scans(jax.grad(lambda a: arm_final(a, m)), arm),
+    ]
+    for count in others:
         assert count("rk3") == count(form) and count(looped) > count(written)
+    # the program's size: RK4 (4 stages) written out up to 4 joints; RK3 up to 6
+    assert integrators.WRITTEN_OUT_GRADIENT_SIZE == 18
+    for joints, method, tableau, written_out in ((4, "rk4", integrators.CLASSICAL_RK4, True),
+                                                  (5, "rk4", integrators.CLASSICAL_RK4, False),
+                                                  (6, "rk3", integrators.KUTTA3, True),
+                                                  (7, "rk3", integrators.KUTTA3, False)):
+        big = random_arm(joints, "R" * joints, "placement")
+        uu, gg = jnp.zeros((3, joints)), jnp.ones(joints)
+        count = lambda m: scans(jax.grad(lambda u, g: final(u, g, m, arm=big)), uu, gg)  # noqa: E731
+        expect = integrators.explicit_rk(*tableau, loop=False if written_out or not on_cpu else True)
+        assert count(method) == count(expect), (joints, method)
     for platform in ("gpu", "tpu"):
         monkeypatch.setattr(integrators.jax, "default_backend", lambda: platform)
         assert not integrators.stages_in_a_loop()
         assert scans(final, u, gain) == 1
         assert scans(jax.vmap(on_arm), *stacked) == 1
-        assert derivatives[0]("rk3") == derivatives[0](written)
+        assert others[0]("rk3") == others[0](written)
 
 
 def test_written_out_stages_store_their_accelerations_on_a_cpu_and_equal_the_loop():

@@ -106,9 +106,11 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
       1000-step RK3 rollout of the Puma at batch 1024 on an H100 3.5x slower with the loop: 83 us
       a step against 23.5; ``experiments/time_loop_shapes.py``, docs/benchmarks.md).
 
-    With ``loop=None``, :func:`jaxarm.rollout` runs the stages one after the other where nothing it
-    is given is being differentiated (the step's ``written_out``), and by the platform otherwise:
-    the steps ``"rk3"`` and ``"rk4"`` by name are made so.
+    With ``loop=None``, :func:`jaxarm.rollout` runs the stages one after the other (the step's
+    ``written_out``) where nothing it is given is being differentiated, or where only a reverse-mode
+    derivative reaches it, the arm is not differentiated and the stages times the arm's joints are
+    at most :data:`WRITTEN_OUT_GRADIENT_SIZE`; by the platform otherwise. The steps ``"rk3"`` and
+    ``"rk4"`` by name are made so.
 
     ``recompute``: in reverse mode each stage keeps its point and evaluates ``f`` again
     (:func:`_recomputed`); False stores f's intermediates instead, as before (trajectory
@@ -165,15 +167,31 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
     def step(f, t, q, qd, dt):
         q, qd = jnp.asarray(q), jnp.asarray(qd)
         q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
-        f_stage = _recomputed(f) if recompute else f  # the stage loop keeps each stage's point only
+        # the stage loop keeps each stage's point only. Under a jax.jit of its own, the stages
+        # share one traced dynamics: jax linearizes, batches and transposes it once for all of
+        # them (XLA inlines the call, so the compiled program is the same). A Panda gradient of a
+        # 1000-step RK3 rollout (batch 16) traced and lowered in 1.4-1.5 s instead of 2.2-2.4 s
+        # with the stages written out, 1.7 instead of 2.5 s with the loop.
+        f_stage = jax.jit(_recomputed(f)) if recompute else f
         in_a_loop = stages_in_a_loop() if loop is None else loop
         return finish((looped if in_a_loop else written)(f_stage, t, q, qd, dt), q, qd, dt)
 
     step.recomputes_dynamics = recompute  # (read by rollout: no second jax.checkpoint around f)
+    step.stages = s  # (read by rollout: the size of a written-out gradient's program)
     # the same step with its stages one after the other: what a rollout that is not differentiated
     # runs in place of a step whose form follows the platform (loop=None); a form asked for stays
     step.written_out = explicit_rk(c, A, b, recompute, False, stages) if loop is None else step
     return step
+
+
+# A rollout differentiated in reverse mode only, its arm held constant (a gradient with respect to
+# the start state, the inputs or a policy's parameters), runs the written-out stages of a step made
+# with loop=None when its stages times the arm's joints are at most this: RK3 up to 6 joints, RK4 up
+# to 4. Written out, the gradient of a 1000-step RK3 rollout of the Puma 560 ran 1.25-1.6x faster
+# than with the stage loop and its first call took 3.1-4.3 s (batches 1 to 256); the 7-joint
+# Panda's took 5.3-6.8 s, and an RK4 Puma gradient's 4.9 s (docs/benchmarks.md, "Gradients with
+# the stages written out"). Pass explicit_rk(..., loop=False) or loop=True to choose either form.
+WRITTEN_OUT_GRADIENT_SIZE = 18
 
 
 def stages_in_a_loop() -> bool:
@@ -192,10 +210,11 @@ rk4_rolled = explicit_rk(*CLASSICAL_RK4)
 rk4_rolled.__doc__ = "Classical fourth-order Runge-Kutta (as :func:`rk4`) with its four stages in a loop on a CPU, written out on a GPU."
 
 # By name, "rk3" and "rk4" are the rolled forms: on a CPU their stage loop compiles the dynamics
-# once (a rollout's gradient compiles 30-40 % sooner than with the stages written out); on a GPU
+# once (a rollout's derivative compiles 30-40 % sooner than with the stages written out); on a GPU
 # they trace their stages one after the other (tests/test_xla_options.py checks both forms against
 # rk3, rk4). A rollout that is not differentiated runs their written-out form (``step.written_out``,
-# 8-41 % faster on a CPU) on every platform.
+# 8-41 % faster on a CPU) on every platform, and so does a small one differentiated in reverse mode
+# with its arm held constant (WRITTEN_OUT_GRADIENT_SIZE).
 METHODS = {"rk3": rk3_rolled, "rk4": rk4_rolled, "euler": euler, "semi_implicit_euler": semi_implicit_euler}
 ORDER = {"rk3": 3, "rk4": 4, "euler": 1, "semi_implicit_euler": 1}
 

@@ -120,18 +120,20 @@ try:  # the tracers of forward- and reverse-mode differentiation, and vmap's (wh
     try:
         from jax._src.interpreters.ad import LinearizeTracer as _LinearizeTracer
         _AD_TRACERS: tuple = (_JVPTracer, _LinearizeTracer)
+        _REVERSE_TRACERS: tuple = (_LinearizeTracer,)
     except ImportError:  # pragma: no cover  (jax without a linearize trace: grad traces JVPs)
-        _AD_TRACERS = (_JVPTracer,)
+        _AD_TRACERS, _REVERSE_TRACERS = (_JVPTracer,), ()
 except ImportError:  # pragma: no cover
-    _AD_TRACERS, _BatchTracer = (), ()
+    _AD_TRACERS, _REVERSE_TRACERS, _BatchTracer = (), (), ()
 
 
-def _differentiated(values, functions=()) -> bool:
-    """Whether any array in ``values``, or closed over by ``functions`` (a policy, a DAC), carries a
-    tangent of a ``jax.jvp``/``jax.grad`` around this call. Only a hint for the form of the
-    program (see :func:`rollout`'s ``method``): a derivative taken further out (``jax.grad`` of a
-    ``jax.jit`` or of a ``lax.scan`` whose body calls ``rollout``) is missed, and is then the same
-    derivative of the other form."""
+def _differentiated(values, functions=()) -> frozenset:
+    """The kinds of differentiation around this call whose tangents reach an array in ``values``
+    or one closed over by ``functions`` (a policy, a DAC): "forward" (``jax.jvp``, ``jax.jacfwd``)
+    and "reverse" (``jax.grad``, ``jax.vjp``, ``jax.linearize``); empty (false) if none. Only a
+    hint for the form of the program (see :func:`rollout`'s ``method``): a derivative taken
+    further out (``jax.grad`` of a ``jax.jit`` or of a ``lax.scan`` whose body calls ``rollout``)
+    is missed, and is then the same derivative of the other form."""
     leaves = list(jax.tree_util.tree_leaves(values))
     for fn in functions:
         leaves += jax.tree_util.tree_leaves(fn)  # a pytree function (jax.tree_util.Partial, modules)
@@ -143,12 +145,14 @@ def _differentiated(values, functions=()) -> bool:
                 leaves += jax.tree_util.tree_leaves(cell.cell_contents)
             except (ValueError, TypeError):  # an empty cell; a dict whose keys do not sort
                 pass
+    kinds = set()
     for x in leaves:
         while isinstance(x, jax.core.Tracer):
             if isinstance(x, _AD_TRACERS):
-                return True
+                kinds.add("reverse" if isinstance(x, _REVERSE_TRACERS) else "forward")
+                break
             x = getattr(x, "val", None) if isinstance(x, _BatchTracer) else None
-    return False
+    return frozenset(kinds)
 
 
 def _as_schedule(x, T, width, name):
@@ -158,6 +162,36 @@ def _as_schedule(x, T, width, name):
     if x.shape != (T, width):
         raise ValueError(f"rollout: {name}: expected shape ({T}, {width}) (one row per step) or ({width},), got {x.shape}")
     return x
+
+
+def _stages_written_out(step_fn, arm, kinds) -> bool:
+    """Whether a rollout whose arm has known kinematics runs the written-out form of a Runge-Kutta
+    step made with ``loop=None`` (``"rk3"``, ``"rk4"``) rather than its form by platform (on a CPU,
+    the stage loop), given the kinds of differentiation that reach it (:func:`_differentiated`).
+
+    - Nothing differentiated: written out. No loop overhead per stage: 8-41 % faster on a CPU.
+    - Reverse mode only, the arm not differentiated (a gradient with respect to the start state,
+      the inputs or a policy's parameters), and at most
+      :data:`jaxarm.integrators.WRITTEN_OUT_GRADIENT_SIZE` stages x joints (RK3 up to 6 joints,
+      RK4 up to 4): written out. The gradient of a 1000-step RK3 rollout of the Puma 560 ran
+      1.25-1.6x faster than with the stage loop (batch 16: 12.7 against 20.9 ms), and its first
+      call took 3.1-4.3 s at batches 1 to 256 against 2.5-3.6 s. For the 7-joint Panda the
+      written-out gradient's first call took 5.3-6.8 s, so it keeps the loop.
+    - Otherwise the loop. In forward mode (``jax.jvp``, ``jax.jacfwd``), or with the arm
+      differentiated (identification), the written-out derivative was slower to compile and to
+      run: a 1000-step Puma rollout at batch 16, gradient with respect to the standard parameters
+      109 ms (first call 16.3 s) against 86 ms (7.4 s); eight forward-mode directions 311 ms
+      (7.3 s) against 196 ms (2.8 s).
+
+    An arm whose kinematics are traced (a vmap over stack_arms with every leaf traced) keeps the
+    loop (this is not called): nothing of its dynamics folds, and written out its rollouts were
+    no faster (4096 perturbed arms: Panda within 2 %, Puma 560 3 % faster to 16 % slower in three
+    runs) and took 0.8-1.8 s longer to compile."""
+    if not kinds:
+        return True
+    stages = getattr(step_fn, "stages", None)
+    return (kinds == {"reverse"} and stages is not None and not _differentiated(arm)
+            and stages * arm.n <= integrators.WRITTEN_OUT_GRADIENT_SIZE)
 
 
 def rollout(
@@ -193,11 +227,14 @@ def rollout(
     method: "rk3" (default, Kutta), "rk4", "euler" (Craig 6.117), "semi_implicit_euler" or a
         step function (see :mod:`jaxarm.integrators`). A Runge-Kutta step by name (or one made
         by :func:`jaxarm.integrators.explicit_rk` with ``loop=None``) runs its stages one after
-        the other where nothing given here (arm, states, inputs, a policy's or DAC's closure, dt)
-        is being differentiated by a ``jax.grad``/``jax.jvp`` around this call and the arm's
-        kinematics are known (not traced); otherwise in the form it was made with (a loop over
-        the stages on a CPU, whose derivative program compiles 30-40 % sooner). The two give the
-        same values to rounding.
+        the other where the arm's kinematics are known (not traced) and either nothing given here
+        (arm, states, inputs, a policy's or DAC's closure, dt) is being differentiated by a
+        ``jax.grad``/``jax.jvp`` around this call, or only a reverse-mode derivative (``jax.grad``)
+        reaches the states, inputs or policy, not the arm, and the method's stages times the
+        arm's joints are at most ``jaxarm.integrators.WRITTEN_OUT_GRADIENT_SIZE`` (18: RK3 up to
+        6 joints). Otherwise in the form it was made with (a loop over the stages on a CPU, whose
+        derivative program compiles sooner; for the 7-joint Panda's gradient 3.4-4.3 s against
+        5.3-6.8 s). The two give the same values to rounding.
     bound: a step whose |q| or |qd| exceeds this, or is not finite, counts as divergence.
     saturate: clip torque inputs at the joints' torque limits (``arm.limits.torque``, infinite by
         default) as a real drive would; voltage inputs are always clipped at ``voltage_limit``.
@@ -246,14 +283,7 @@ def rollout(
         raise ValueError(f"rollout: dt: expected a positive time step, got {dt!r}")
     step_fn = integrators.get_method(method)
     if (not adjoint and not checkpoint and checks.concrete((arm.kinematics, arm.tool))
-            and not _differentiated((arm, q0, qd0, inputs, dt, t0, f_ext), (inputs, dac))):
-        # nothing here is being differentiated: the Runge-Kutta stages one after the other (no
-        # loop overhead per stage: 8-41 % faster on a CPU); differentiated, the stage loop, whose
-        # derivative program compiles sooner (integrators.explicit_rk). An arm whose kinematics
-        # are traced (a vmap over stack_arms with every leaf traced) keeps the loop too: nothing
-        # of its dynamics folds, and written out its rollouts were no faster (4096 perturbed arms:
-        # Panda within 2 %, Puma 560 3 % faster to 16 % slower in three runs) and took 0.8-1.8 s
-        # longer to compile
+            and _stages_written_out(step_fn, arm, _differentiated((arm, q0, qd0, inputs, dt, t0, f_ext), (inputs, dac)))):
         step_fn = getattr(step_fn, "written_out", step_fn)
     # in reverse mode the time loop keeps each step's states and evaluates the dynamics again
     # rather than stacking their intermediates step by step (the stage loop of the Runge-Kutta
