@@ -42,10 +42,11 @@ def stage_forms():
             for form, loop in FORMS.items()}
 
 
-def measure(name, dtype, batch, steps, repeats, plain, gradients, variants, label="form"):
+def measure(name, dtype, batch, steps, repeats, plain, gradients, variants, label="form", parts=False):
     """Compile each variant's rollout (and gradient) in this process, the variant's context open
     while it is traced, then time all of them alternately; one JSON line per program, the
-    variant's name under ``label``."""
+    variant's name under ``label``. ``parts``: the first call's trace and lowering, and XLA's
+    compile, timed apart (``jax.jit(...).trace(...).lower()``, then ``.compile()``)."""
     arm = bench.benchmark_arm(name).astype(dtype)
     rng = np.random.default_rng(0)
     q0, qd0, tau = (jnp.asarray(x, dtype) for x in bench.rollout_inputs(arm, rng, batch, steps))
@@ -61,19 +62,26 @@ def measure(name, dtype, batch, steps, repeats, plain, gradients, variants, labe
             entries["gradient"] = compile_with(jax.grad(lambda u, q0, qd0, final=final: jnp.sum(jax.vmap(final)(q0, qd0, u) ** 2)))
         for kind, fn in entries.items():
             args = (q0, qd0, tau) if kind == "rollout" else (tau, q0, qd0)
+            split = {}
             with context():  # traced and compiled at the first call
                 t = time.perf_counter()
+                if parts:
+                    lowered = jax.jit(fn.__wrapped__ if hasattr(fn, "__wrapped__") else fn,
+                                      **({} if plain else {"compiler_options": jaxarm.compiler_options()})).trace(*args).lower()
+                    split["trace_lower_s"] = round(time.perf_counter() - t, 2)
+                    fn = lowered.compile()
+                    split["compile_s"] = round(time.perf_counter() - t - split["trace_lower_s"], 2)
                 jax.block_until_ready(fn(*args))
-            programs[(kind, variant)] = [fn, args, time.perf_counter() - t, np.inf]
+            programs[(kind, variant)] = [fn, args, time.perf_counter() - t, np.inf, split]
     for _ in range(repeats):  # alternately
         for entry in programs.values():
             fn, args = entry[0], entry[1]
             t = time.perf_counter()
             jax.block_until_ready(fn(*args))
             entry[3] = min(entry[3], time.perf_counter() - t)
-    for (kind, variant), (_, _, first, best) in programs.items():
+    for (kind, variant), (_, _, first, best, split) in programs.items():
         row = dict(arm=name, dtype=jnp.dtype(dtype).name, batch=batch, steps=steps, quantity=kind, **{label: variant},
-                   jit="plain" if plain else "jaxarm", first_call_s=round(first, 2), seconds=round(best, 6))
+                   jit="plain" if plain else "jaxarm", first_call_s=round(first, 2), **split, seconds=round(best, 6))
         if kind == "rollout":
             row["steps_per_s"] = float(f"{batch * steps / best:.3g}")
         print(json.dumps(row), flush=True)
@@ -89,13 +97,15 @@ def main(argv=None, description=None, variants=stage_forms, label="form", batche
     ap.add_argument("--repeats", type=int, default=repeats)
     ap.add_argument("--plain-jit", action="store_true", help="compile with a plain jax.jit instead of jaxarm.jit")
     ap.add_argument("--gradients", action="store_true", help="also the gradient of a rollout cost, every variant")
+    ap.add_argument("--parts", action="store_true", help="time the first call's trace and lowering apart from XLA's compile")
     args = ap.parse_args(argv)
     bench.PLAIN_JIT = args.plain_jit
     print(json.dumps(dict(machine=bench.machine())), flush=True)
     for name in args.arms.split(","):
         for dtype in args.dtypes.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
-                measure(name, getattr(jnp, dtype), batch, args.steps, args.repeats, args.plain_jit, args.gradients, variants(), label)
+                measure(name, getattr(jnp, dtype), batch, args.steps, args.repeats, args.plain_jit, args.gradients, variants(), label,
+                        args.parts)
 
 
 if __name__ == "__main__":

@@ -172,6 +172,18 @@ def test_the_stages_share_one_traced_dynamics():
     assert stage_calls(jax.make_jaxpr(lambda u: final(u, written))(u)) == (3, 1)
     assert stage_calls(jax.make_jaxpr(jax.grad(lambda u: final(u, written)))(u)) == (9, 3)
     assert stage_calls(jax.make_jaxpr(lambda u: final(u, looped))(u)) == (1, 1)
+    # called eagerly (no program being staged out) a step adds no jit: it would compile per call
+    seen = []
+
+    def probe(x):
+        seen.append(integrators._staged(x))
+        return x
+
+    x = jnp.ones(3)
+    probe(x), jax.vmap(probe)(x[None]), jax.grad(lambda x: jnp.sum(probe(x)))(x)
+    jax.jit(probe)(x), jax.jit(jax.vmap(probe))(x[None]), jax.jit(jax.grad(lambda x: jnp.sum(probe(x))))(x)
+    jax.lax.scan(lambda c, _: (probe(c), None), x, None, length=1)
+    assert seen == [False, False, False, True, True, True, True]
     # the same derivative as the written-out step traced stage by stage (integrators.rk3)
     g = jax.grad(lambda u: final(u, written))(u)
     w = jax.grad(lambda u: final(u, integrators.rk3))(u)

@@ -38,6 +38,9 @@ def _recomputed(f):
 
 
 _KEEP_ACCELERATIONS = jax.checkpoint_policies.save_only_these_names(ACCELERATION)
+# the stages of explicit_rk call the dynamics under one jax.jit of their own (see step(); False
+# traces them once per stage, as experiments/gradient_first_call.py compares)
+_SHARE_STAGE_TRACE = True
 
 
 def rk3(f, t, q, qd, dt):
@@ -168,11 +171,13 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
         q, qd = jnp.asarray(q), jnp.asarray(qd)
         q, qd = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.result_type(q, qd)) for v in (q, qd)))
         # the stage loop keeps each stage's point only. Under a jax.jit of its own, the stages
-        # share one traced dynamics: jax linearizes, batches and transposes it once for all of
-        # them (XLA inlines the call, so the compiled program is the same). A Panda gradient of a
-        # 1000-step RK3 rollout (batch 16) traced and lowered in 1.4-1.5 s instead of 2.2-2.4 s
-        # with the stages written out, 1.7 instead of 2.5 s with the loop.
-        f_stage = jax.jit(_recomputed(f)) if recompute else f
+        # share one traced dynamics: jax batches, linearizes and transposes it once for all of
+        # them (XLA inlines the calls). The Panda's gradient of a 1000-step RK3 rollout (batch
+        # 16, stage loop) traced in 1.4-1.5 s instead of 2.4-2.5 s; the Puma's written-out one
+        # reached its first answer in 3.3 s instead of 3.8 s (experiments/gradient_first_call.py)
+        f_stage = _recomputed(f) if recompute else f
+        if recompute and _SHARE_STAGE_TRACE and _staged(q):
+            f_stage = jax.jit(f_stage)
         in_a_loop = stages_in_a_loop() if loop is None else loop
         return finish((looped if in_a_loop else written)(f_stage, t, q, qd, dt), q, qd, dt)
 
@@ -192,6 +197,24 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
 # Panda's took 5.3-6.8 s, and an RK4 Puma gradient's 4.9 s (docs/benchmarks.md, "Gradients with
 # the stages written out"). Pass explicit_rk(..., loop=False) or loop=True to choose either form.
 WRITTEN_OUT_GRADIENT_SIZE = 18
+
+
+try:  # the tracer of a program being staged out (jit, scan), and the tracers that may wrap it
+    from jax._src.interpreters.partial_eval import DynamicJaxprTracer as _StagingTracer
+except ImportError:  # pragma: no cover
+    _StagingTracer = jax.core.Tracer
+
+
+def _staged(x) -> bool:
+    """Whether x is traced into a program being staged out (a jit, a scan's body), possibly under
+    vmap or differentiation. Called eagerly (concrete values, or only vmap/grad tracers around
+    them), a step does not put its dynamics under a jax.jit of its own: that jit would be a new
+    function each call, compiled again every time."""
+    while isinstance(x, jax.core.Tracer):
+        if isinstance(x, _StagingTracer):
+            return True
+        x = getattr(x, "val", getattr(x, "primal", None))
+    return False
 
 
 def stages_in_a_loop() -> bool:

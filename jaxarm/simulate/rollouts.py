@@ -174,9 +174,9 @@ def _stages_written_out(step_fn, arm, kinds) -> bool:
       the inputs or a policy's parameters), and at most
       :data:`jaxarm.integrators.WRITTEN_OUT_GRADIENT_SIZE` stages x joints (RK3 up to 6 joints,
       RK4 up to 4): written out. The gradient of a 1000-step RK3 rollout of the Puma 560 ran
-      1.25-1.6x faster than with the stage loop (batch 16: 12.7 against 20.9 ms), and its first
-      call took 3.1-4.3 s at batches 1 to 256 against 2.5-3.6 s. For the 7-joint Panda the
-      written-out gradient's first call took 5.3-6.8 s, so it keeps the loop.
+      1.2-1.7x faster than with the stage loop (batch 16: 13.1 against 21.6 ms), and its first
+      call took 2.5-3.9 s at batches 1 to 256 against 2.0-2.9 s. For the 7-joint Panda the
+      written-out gradient's first call took 4.8-6.5 s, so it keeps the loop.
     - Otherwise the loop. In forward mode (``jax.jvp``, ``jax.jacfwd``), or with the arm
       differentiated (identification), the written-out derivative was slower to compile and to
       run: a 1000-step Puma rollout at batch 16, gradient with respect to the standard parameters
@@ -233,8 +233,8 @@ def rollout(
         reaches the states, inputs or policy, not the arm, and the method's stages times the
         arm's joints are at most ``jaxarm.integrators.WRITTEN_OUT_GRADIENT_SIZE`` (18: RK3 up to
         6 joints). Otherwise in the form it was made with (a loop over the stages on a CPU, whose
-        derivative program compiles sooner; for the 7-joint Panda's gradient 3.4-4.3 s against
-        5.3-6.8 s). The two give the same values to rounding.
+        derivative program compiles sooner: the 7-joint Panda's 1000-step gradient in 2.9-4.1 s
+        against 4.8-6.5 s written out). The two give the same values to rounding.
     bound: a step whose |q| or |qd| exceeds this, or is not finite, counts as divergence.
     saturate: clip torque inputs at the joints' torque limits (``arm.limits.torque``, infinite by
         default) as a real drive would; voltage inputs are always clipped at ``voltage_limit``.
