@@ -516,13 +516,25 @@ def bench_float32_error(rec, name, arm, cfg, rng, B=16):
             q_range=float(np.ptp(qs[jnp.float64], axis=1).max()), call="max |q_float32 - q_float64| after the last step")
 
 
+def _gradient_stage_form(arm, entry):
+    """The form of the RK3 stages in the gradient program of ``entry`` (None for the adjoint)."""
+    if entry == "adjoint":
+        return None
+    if entry == "autodiff_loop":
+        return "loop"
+    written = not jaxarm.integrators.stages_in_a_loop() or jaxarm.integrators.gradient_written_out(3, arm.n)
+    return "written_out" if written else "loop"
+
+
 def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
     """Gradient of a batched rollout cost w.r.t. the torque schedules, relative to the cost itself
     (the default ``method="rk3"``), for the entries of ``--grad-entries``: plain reverse-mode
     autodiff (``autodiff``), ``rollout(..., adjoint=True)`` (``adjoint``, jaxarm.adjoint), and
     plain reverse mode with the Runge-Kutta stages in a loop whatever the platform
-    (``autodiff_loop``: ``method=explicit_rk(*KUTTA3, loop=True)``; on a CPU the same program as
-    ``autodiff``, on a GPU the loop form the default writes out). The gradients must agree."""
+    (``autodiff_loop``: ``method=explicit_rk(*KUTTA3, loop=True)``). On a CPU ``autodiff`` runs
+    the written-out stages for arms of up to 6 joints and the loop beyond
+    (``jaxarm.integrators.gradient_written_out``), on a GPU always the written-out stages; each
+    row says which (``stage_form``). The gradients must agree."""
     impl = f"jaxarm {jaxarm.__version__}"
     dname = jnp.dtype(dtype).name
     arm_d = arm.astype(dtype)
@@ -557,6 +569,7 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
             rec.add(
                 name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward", entry=entry,
                 seconds=t_grad, forward_seconds=t_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
+                stage_form=_gradient_stage_form(arm, entry),
             )
         # the gradients must agree before their times mean anything
         first, *others = grads

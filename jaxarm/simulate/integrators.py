@@ -199,6 +199,14 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
 WRITTEN_OUT_GRADIENT_SIZE = 18
 
 
+def gradient_written_out(stages: int, joints: int) -> bool:
+    """Whether a rollout differentiated in reverse mode only, its arm held constant, runs the
+    written-out stages of a step with ``stages`` stages for an arm of ``joints`` joints on a CPU
+    (where no platform rule writes them out anyway): stages x joints <=
+    :data:`WRITTEN_OUT_GRADIENT_SIZE`."""
+    return stages * joints <= WRITTEN_OUT_GRADIENT_SIZE
+
+
 try:  # the tracer of a program being staged out (jit, scan), and the tracers that may wrap it
     from jax._src.interpreters.partial_eval import DynamicJaxprTracer as _StagingTracer
 except ImportError:  # pragma: no cover

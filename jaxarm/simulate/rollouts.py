@@ -191,7 +191,7 @@ def _stages_written_out(step_fn, arm, kinds) -> bool:
         return True
     stages = getattr(step_fn, "stages", None)
     return (kinds == {"reverse"} and stages is not None and not _differentiated(arm)
-            and stages * arm.n <= integrators.WRITTEN_OUT_GRADIENT_SIZE)
+            and integrators.gradient_written_out(stages, arm.n))
 
 
 def rollout(
