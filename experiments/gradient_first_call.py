@@ -6,7 +6,10 @@ written out for arms with stages x joints <= ``jaxarm.integrators.WRITTEN_OUT_GR
 stage loop otherwise), the stage loop and the written-out stages asked for explicitly; each with
 the stages' dynamics traced once for all stages (under one ``jax.jit``, the default) and once per
 stage. All are compiled in one process and timed alternately (``experiments/rk_stage_forms.py``);
-one JSON line per program: trace and lowering, XLA's compile, first call, best run.
+one JSON line per program: trace and lowering, XLA's compile, first call, best run. Run times
+compare within one process; trace times only across processes (a trace warms jax's caches for
+the next one), so compare those with one form per process (``--forms rk3``, then
+``--forms rk3_per_stage``, alternately).
 
     python experiments/gradient_first_call.py
     python experiments/gradient_first_call.py --arms panda --batches 16 --forms loop,loop_per_stage

@@ -194,6 +194,7 @@ def test_runge_kutta_stages_run_written_out_unless_a_derivative_needs_the_loop_o
         lambda m: scans(lambda g: jax.jvp(lambda g: final(u, g, m), (g,), (g,)), gain),
         lambda m: scans(jax.jacfwd(lambda g: final(u, g, m)), gain),
         lambda m: scans(jax.grad(lambda a: arm_final(a, m)), arm),
+        lambda m: scans(jax.hessian(lambda g: final(u, g, m)), gain),  # forward over reverse
     ]
     for count in others:
         assert count("rk3") == count(form) and count(looped) > count(written)

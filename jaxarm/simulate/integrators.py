@@ -192,9 +192,9 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
 # A rollout differentiated in reverse mode only, its arm held constant (a gradient with respect to
 # the start state, the inputs or a policy's parameters), runs the written-out stages of a step made
 # with loop=None when its stages times the arm's joints are at most this: RK3 up to 6 joints, RK4 up
-# to 4. Written out, the gradient of a 1000-step RK3 rollout of the Puma 560 ran 1.25-1.6x faster
-# than with the stage loop and its first call took 3.1-4.3 s (batches 1 to 256); the 7-joint
-# Panda's took 5.3-6.8 s, and an RK4 Puma gradient's 4.9 s (docs/benchmarks.md, "Gradients with
+# to 4. Written out, the gradient of a 1000-step RK3 rollout of the Puma 560 ran 1.2-1.7x faster
+# than with the stage loop and its first call took 2.5-3.9 s (batches 1 to 256); the 7-joint
+# Panda's took 4.8-6.5 s, and an RK4 Puma gradient's 4.9 s (docs/benchmarks.md, "Gradients with
 # the stages written out"). Pass explicit_rk(..., loop=False) or loop=True to choose either form.
 WRITTEN_OUT_GRADIENT_SIZE = 18
 

@@ -146,12 +146,13 @@ def _differentiated(values, functions=()) -> frozenset:
             except (ValueError, TypeError):  # an empty cell; a dict whose keys do not sort
                 pass
     kinds = set()
-    for x in leaves:
+    for x in leaves:  # every tracer wrapped inside another (a jax.hessian holds both kinds)
         while isinstance(x, jax.core.Tracer):
             if isinstance(x, _AD_TRACERS):
                 kinds.add("reverse" if isinstance(x, _REVERSE_TRACERS) else "forward")
-                break
-            x = getattr(x, "val", None) if isinstance(x, _BatchTracer) else None
+                x = getattr(x, "primal", None)
+            else:
+                x = getattr(x, "val", None) if isinstance(x, _BatchTracer) else None
     return frozenset(kinds)
 
 
@@ -177,7 +178,8 @@ def _stages_written_out(step_fn, arm, kinds) -> bool:
       1.2-1.7x faster than with the stage loop (batch 16: 13.1 against 21.6 ms), and its first
       call took 2.5-3.9 s at batches 1 to 256 against 2.0-2.9 s. For the 7-joint Panda the
       written-out gradient's first call took 4.8-6.5 s, so it keeps the loop.
-    - Otherwise the loop. In forward mode (``jax.jvp``, ``jax.jacfwd``), or with the arm
+    - Otherwise the loop. In forward mode (``jax.jvp``, ``jax.jacfwd``; a ``jax.hessian`` is
+      forward over reverse), or with the arm
       differentiated (identification), the written-out derivative was slower to compile and to
       run: a 1000-step Puma rollout at batch 16, gradient with respect to the standard parameters
       109 ms (first call 16.3 s) against 86 ms (7.4 s); eight forward-mode directions 311 ms
