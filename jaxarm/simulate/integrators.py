@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core import tracers
 from ..dynamics import algebra
 from ..dynamics.forward import ACCELERATION
 
@@ -207,22 +208,12 @@ def gradient_written_out(stages: int, joints: int) -> bool:
     return stages * joints <= WRITTEN_OUT_GRADIENT_SIZE
 
 
-try:  # the tracer of a program being staged out (jit, scan), and the tracers that may wrap it
-    from jax._src.interpreters.partial_eval import DynamicJaxprTracer as _StagingTracer
-except ImportError:  # pragma: no cover
-    _StagingTracer = jax.core.Tracer
-
-
 def _staged(x) -> bool:
     """Whether x is traced into a program being staged out (a jit, a scan's body), possibly under
     vmap or differentiation. Called eagerly (concrete values, or only vmap/grad tracers around
     them), a step does not put its dynamics under a jax.jit of its own: that jit would be a new
     function each call, compiled again every time."""
-    while isinstance(x, jax.core.Tracer):
-        if isinstance(x, _StagingTracer):
-            return True
-        x = getattr(x, "val", getattr(x, "primal", None))
-    return False
+    return any(isinstance(t, tracers.StagingTracer) for t in tracers.wrapped(x))
 
 
 def stages_in_a_loop() -> bool:

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core import tracers
 from ..dynamics import motors
 from ..dynamics.forward import _forward_dynamics
 from ..model import checks
@@ -114,19 +115,6 @@ def _tangent_sources(tree):
             if isinstance(x, jax.core.Tracer) and jnp.issubdtype(x.dtype, jnp.inexact)]
 
 
-try:  # the tracers of forward- and reverse-mode differentiation, and vmap's (which may wrap them)
-    from jax._src.interpreters.ad import JVPTracer as _JVPTracer
-    from jax._src.interpreters.batching import BatchTracer as _BatchTracer
-    try:
-        from jax._src.interpreters.ad import LinearizeTracer as _LinearizeTracer
-        _AD_TRACERS: tuple = (_JVPTracer, _LinearizeTracer)
-        _REVERSE_TRACERS: tuple = (_LinearizeTracer,)
-    except ImportError:  # pragma: no cover  (jax without a linearize trace: grad traces JVPs)
-        _AD_TRACERS, _REVERSE_TRACERS = (_JVPTracer,), ()
-except ImportError:  # pragma: no cover
-    _AD_TRACERS, _REVERSE_TRACERS, _BatchTracer = (), (), ()
-
-
 def _differentiated(values, functions=()) -> frozenset:
     """The kinds of differentiation around this call whose tangents reach an array in ``values``
     or one closed over by ``functions`` (a policy, a DAC): "forward" (``jax.jvp``, ``jax.jacfwd``)
@@ -145,15 +133,9 @@ def _differentiated(values, functions=()) -> frozenset:
                 leaves += jax.tree_util.tree_leaves(cell.cell_contents)
             except (ValueError, TypeError):  # an empty cell; a dict whose keys do not sort
                 pass
-    kinds = set()
-    for x in leaves:  # every tracer wrapped inside another (a jax.hessian holds both kinds)
-        while isinstance(x, jax.core.Tracer):
-            if isinstance(x, _AD_TRACERS):
-                kinds.add("reverse" if isinstance(x, _REVERSE_TRACERS) else "forward")
-                x = getattr(x, "primal", None)
-            else:
-                x = getattr(x, "val", None) if isinstance(x, _BatchTracer) else None
-    return frozenset(kinds)
+    # every tracer wrapped inside another counts (a jax.hessian holds both kinds)
+    return frozenset("reverse" if isinstance(t, tracers.REVERSE_TRACERS) else "forward"
+                     for x in leaves for t in tracers.wrapped(x) if isinstance(t, tracers.AD_TRACERS))
 
 
 def _as_schedule(x, T, width, name):

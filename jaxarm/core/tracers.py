@@ -1,0 +1,33 @@
+"""The tracers jax wraps values in while it transforms a function, as jaxarm reads them to pick
+the form of a program (which transformations are around a call, whether it is being staged out).
+They are jax internals (``jax._src.interpreters``); where this jax lacks one, the kinds it cannot
+tell apart are reported as absent and the programs keep their default forms."""
+
+from __future__ import annotations
+
+import jax
+
+try:  # forward- and reverse-mode differentiation, vmap's (which may wrap them), a staged program's
+    from jax._src.interpreters.ad import JVPTracer
+    from jax._src.interpreters.batching import BatchTracer
+    from jax._src.interpreters.partial_eval import DynamicJaxprTracer as StagingTracer
+    try:
+        from jax._src.interpreters.ad import LinearizeTracer
+        AD_TRACERS: tuple = (JVPTracer, LinearizeTracer)
+        REVERSE_TRACERS: tuple = (LinearizeTracer,)
+    except ImportError:  # pragma: no cover  (jax without a linearize trace: grad traces JVPs)
+        AD_TRACERS, REVERSE_TRACERS = (JVPTracer,), ()
+except ImportError:  # pragma: no cover
+    AD_TRACERS, REVERSE_TRACERS, BatchTracer, StagingTracer = (), (), (), jax.core.Tracer
+
+
+def wrapped(x):
+    """x and the tracers it wraps, outermost first: a vmap's tracer wraps its values (``val``), a
+    jvp's or grad's its primal (``primal``); any other tracer (a staged program's) ends the chain.
+    Nothing for a value that is not a tracer."""
+    while isinstance(x, jax.core.Tracer):
+        yield x
+        if isinstance(x, AD_TRACERS):
+            x = getattr(x, "primal", None)
+        else:
+            x = getattr(x, "val", None) if isinstance(x, BatchTracer) else None
