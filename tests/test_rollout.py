@@ -519,6 +519,56 @@ def test_a_batch_of_arms_varying_in_masses_keeps_its_kinematics_folded():
     np.testing.assert_allclose(g_masses, g_traced, rtol=1e-10, atol=1e-12)
 
 
+def test_a_shared_arm_differentiated_over_a_batch_reads_its_inertias_per_state(monkeypatch):
+    """jax.grad of a loss over a vmapped batch of rollouts with respect to the one arm they share
+    (identification from several experiments) reads the arm's inertial parameters per state, one
+    vector per body, so that reverse mode sums their cotangents over the batch once per body
+    (algebra.per_state_entries). The gradient is the sum of the experiments' own gradients (each
+    without vmap, so read as before), links and drives alike, and the inertia's gradient stays
+    symmetric. A vmap of grad, a batch of one, a stacked arm and forward mode read them as before."""
+    from jaxarm.dynamics import forward
+
+    calls = []
+    real = forward.per_state_entries
+    monkeypatch.setattr(forward, "per_state_entries", lambda *a, **k: calls.append(1) or real(*a, **k))
+    arm = with_drives(sim_arm(4), viscous_friction=0.05, rotor_inertia=1e-4)
+    # the inertial and drive parameters traced, the kinematics known (as identification has them)
+    params = jax.tree_util.tree_map(jnp.asarray, (arm.links, arm.drives))
+    rng = np.random.default_rng(3)
+    B, T = 3, 8
+    q0 = rng.uniform(-0.5, 0.5, (B, arm.n))
+    qd0 = rng.uniform(-0.5, 0.5, (B, arm.n))
+    U = rng.uniform(-2, 2, (B, T, arm.n))
+
+    def one(p, q, qd, u):
+        traj = jaxarm.rollout(arm.replace(links=p[0], drives=p[1]), q, qd, u, 2e-3, on_divergence="flag")
+        return jnp.sum(jnp.sin(traj.q[1:])) + 0.1 * jnp.sum(traj.qd[-1] ** 2)
+
+    def batch_loss(p, q, qd, u):
+        return jnp.sum(jax.vmap(one, in_axes=(None, 0, 0, 0))(p, q, qd, u))
+
+    g = jax.jit(jax.grad(batch_loss))(params, q0, qd0, U)
+    assert calls, "the batched gradient did not read the inertias per state"
+    calls.clear()
+    one_grad = jax.jit(jax.grad(one))
+    parts = [one_grad(params, q0[i], qd0[i], U[i]) for i in range(B)]
+    assert not calls
+    total = jax.tree_util.tree_map(lambda *xs: sum(xs), *parts)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g), jax.tree_util.tree_leaves(total)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12, err_msg=jax.tree_util.keystr(path))
+    inertia = np.asarray(g[0].inertia)
+    assert np.max(np.abs(inertia)) > 1e-3
+    np.testing.assert_allclose(inertia, np.swapaxes(inertia, -1, -2), rtol=0, atol=1e-14)
+    assert np.all(np.asarray(g[1].viscous_friction) != 0) and np.all(np.asarray(g[0].mass) != 0)
+    # no per-state reads where nothing is summed over a batch (traced only)
+    jax.make_jaxpr(jax.vmap(jax.grad(one), in_axes=(None, 0, 0, 0)))(params, q0, qd0, U)
+    jax.make_jaxpr(jax.grad(batch_loss))(params, q0[:1], qd0[:1], U[:1])
+    stacked = jax.tree_util.tree_map(lambda x: jnp.stack([x] * B), params)
+    jax.make_jaxpr(jax.grad(lambda p: jnp.sum(jax.vmap(one)(p, q0, qd0, U))))(stacked)
+    jax.make_jaxpr(lambda p: jax.jvp(lambda b: batch_loss(b, q0, qd0, U), (p,), (p,)))(params)
+    assert not calls
+
+
 def test_batch_argument_errors():
     base = sim_arm(1)
     other = sim_arm(1).replace(name="other")

@@ -31,3 +31,21 @@ def wrapped(x):
             x = getattr(x, "primal", None)
         else:
             x = getattr(x, "val", None) if isinstance(x, BatchTracer) else None
+
+
+def encloses(outer, inner) -> bool:
+    """Whether the transformation that made tracer ``outer`` is applied around the one that made
+    tracer ``inner`` (``jax.grad(jax.vmap(f))``: the gradient's tracers enclose the vmap's). False
+    where this jax keeps no chain of traces."""
+    target, t = getattr(outer, "_trace", None), getattr(inner, "_trace", None)
+    while t is not None and target is not None:
+        t = getattr(t, "parent_trace", None)
+        if t is target:
+            return True
+    return False
+
+
+def batch_size(x) -> int:
+    """The size of the batch axis of a vmap's tracer x."""
+    dim = getattr(x, "batch_dim", None)
+    return int(x.val.shape[dim]) if isinstance(dim, int) else 0

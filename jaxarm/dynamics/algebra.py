@@ -397,12 +397,63 @@ def _knowns(a):
     return jax.tree_util.tree_map(Known, snapped.tolist())
 
 
+class Entries:
+    """An array handed to the recursions as its entries, traced scalars already read from it
+    (:func:`per_state_entries`): indexing gives the entry, or the entries of a sub-array, and
+    :func:`scalar`, :func:`_vec` and :func:`_sym` take them as they are."""
+
+    __slots__ = ("cells", "dtype")
+
+    def __init__(self, cells: np.ndarray, dtype):
+        self.cells, self.dtype = cells, dtype
+
+    @property
+    def shape(self):
+        return self.cells.shape
+
+    def __getitem__(self, i):
+        c = self.cells[i]
+        return Entries(c, self.dtype) if isinstance(c, np.ndarray) else c
+
+
+def per_state_entries(arrays, witness, groups=None):
+    """The entries of the unbatched traced ``arrays`` (a list), read once per state of the batch
+    ``witness`` (a traced state) belongs to, as :class:`Entries`.
+
+    For a traced arm's inertial parameters in the derivative of a batched forward dynamics (the
+    gradient of a batch of rollouts with respect to a shared arm: identification). Read directly,
+    each parameter entry is one unbatched scalar, and in reverse mode vmap sums its cotangent over
+    the batch on its own: XLA:CPU made one reduction per entry (138 in a Puma 560's stage loop) and
+    fused into each of them the deep cotangent expression it sums (Newton-Euler's reverse sweep),
+    evaluated again for every entry. Here the entries are put in vectors, made per state (a
+    select on a predicate of the state that is never true), and read by one split each: their
+    cotangents form a (batch, entries) array per vector, computed once (:func:`cotangent_once`)
+    and summed over the batch by one reduction.
+
+    ``groups``: the entries' vectors, as lists of (array index, entry index) pairs; by default one
+    vector of all entries. A split's cotangent is a chain of selects, one per entry, evaluated for
+    each entry (k^2 selects for k entries)."""
+    if groups is None:
+        groups = [[(a, index) for a, x in enumerate(arrays) for index in np.ndindex(*jnp.shape(x))]]
+    never = lax.stop_gradient(jnp.ravel(witness)[0]) < -jnp.inf  # false, NaN included
+    cells = [np.empty(jnp.shape(x), dtype=object) for x in arrays]
+    dtype = jnp.result_type(*arrays)
+    for group in groups:
+        flat = jnp.stack([arrays[a][index] for a, index in group]).astype(dtype)
+        flat = cotangent_once(jnp.where(never, jnp.zeros((), dtype), flat), witness)
+        for (a, index), part in zip(group, entries(flat)):
+            cells[a][index] = part
+    return [Entries(c, dtype) for c in cells]
+
+
 def scalar(x):
     """A scalar parameter: a Known if it is concrete, else the tracer."""
     return Known(np.asarray(x)) if _concrete(x) else x
 
 
 def _vec(a):
+    if isinstance(a, Entries):
+        return tuple(a.cells)
     if _concrete(a):
         return tuple(_knowns(a))
     return (a[0], a[1], a[2])
@@ -418,7 +469,11 @@ def _sym(A):
     """The six entries of a symmetric 3x3 A, off-diagonals averaged over both triangles: the same
     value for a symmetric A, and a symmetric gradient with respect to A (so a gradient step on an
     inertia tensor keeps it symmetric)."""
-    if _concrete(A):
+    if isinstance(A, Entries):
+        A = A.cells
+        if all(A[r, c] is A[c, r] for r, c in ((0, 1), (0, 2), (1, 2))):  # read symmetric
+            return (A[0, 0], A[0, 1], A[0, 2], A[1, 1], A[1, 2], A[2, 2])
+    elif _concrete(A):
         A = np.asarray(A)
         K = _knowns(0.5 * (A + A.T))
         return (K[0][0], K[0][1], K[0][2], K[1][1], K[1][2], K[2][2])

@@ -118,11 +118,17 @@ def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
     return taus, forces, moments
 
 
+def _dtype_of(x):
+    """x itself for jnp.result_type (an array keeps its weak type), or the dtype of entries
+    already read from it (:class:`jaxarm.dynamics.algebra.Entries`)."""
+    return x.dtype if isinstance(x, algebra.Entries) else x
+
+
 def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
     """Recursive Newton-Euler on arrays: :func:`rnea` at joint values q; qdd None means zero
     acceleration. Returns (tau (n,), wrenches (n, 6))."""
     frames = joint_frames(bodies, arm.is_revolute, q)
-    dtype = jnp.result_type(bodies.mass, q, qd, a0)
+    dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, a0)
     taus, forces, moments = rnea(bodies, arm.is_revolute, frames, qd, qdd, _vec(a0), _kernel_tip(bodies, f_ext))
     wrenches = matrix([tuple(f) + tuple(m) for f, m in zip(forces, moments)], dtype)
     # a known arm's torques are read back by one split in reverse mode (their cotangent, from
@@ -153,9 +159,11 @@ def inverse_dynamics(arm: Arm, q, qd, qdd, f_ext=None):
     return _inverse_dynamics(arm, q, qd, qdd, f_ext)
 
 
-def _inverse_dynamics(arm, q, qd, qdd, f_ext=None):
-    bodies = _bodies(arm)
-    dtype = jnp.result_type(bodies.mass, q, qd, qdd)
+def _inverse_dynamics(arm, q, qd, qdd, f_ext=None, bodies=None):
+    """Inverse dynamics in components; ``bodies``: the arm's body model if already at hand (its
+    inertial parameters possibly as :class:`jaxarm.dynamics.algebra.Entries`)."""
+    bodies = _bodies(arm) if bodies is None else bodies
+    dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, qdd)
     tau, _ = _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)
     return tau + drives._reflected_inertia(arm) * qdd + drives._friction_torques(arm, qd)
 

@@ -138,6 +138,25 @@ def _differentiated(values, functions=()) -> frozenset:
                      for x in leaves for t in tracers.wrapped(x) if isinstance(t, tracers.AD_TRACERS))
 
 
+def _shared_arm_reversed(arm, states) -> bool:
+    """Whether reverse mode differentiates an arm shared by a batch (of more than one) of rollouts:
+    a ``jax.grad`` taken around a ``jax.vmap`` over start states or inputs that leaves the arm out
+    (identification from several experiments). Its cotangent is then a sum over the batch, and
+    forward dynamics reads its inertial parameters per state
+    (:func:`jaxarm.dynamics.algebra.per_state_entries`). Not for a ``jax.vmap`` of ``jax.grad``
+    (one gradient per member: nothing is summed), a batch of one, or forward mode."""
+    batches = [t for x in jax.tree_util.tree_leaves(states) for t in tracers.wrapped(x)
+               if isinstance(t, tracers.BatchTracer) and tracers.batch_size(t) > 1]
+    for leaf in _tangent_sources(arm):
+        chain = list(tracers.wrapped(leaf))
+        for b in batches:
+            if any(isinstance(t, tracers.BatchTracer) and t._trace is b._trace for t in chain):
+                continue  # the arm is batched by this vmap as well
+            if any(isinstance(t, tracers.REVERSE_TRACERS) and tracers.encloses(t, b) for t in chain):
+                return True
+    return False
+
+
 def _as_schedule(x, T, width, name):
     x = jnp.asarray(x)
     if x.ndim == 1:
@@ -274,6 +293,7 @@ def rollout(
     # methods by name does this itself; the adjoint differentiates each step on its own)
     recompute = not adjoint and not getattr(step_fn, "recomputes_dynamics", False)
     n = arm.n
+    per_state = _shared_arm_reversed(arm, (q0, qd0, inputs, f_ext))
     if not isinstance(stops, (bool, np.bool_)):
         raise ValueError(f"rollout: stops: expected True or False, got {stops!r}")
     use_stops = bool(stops)
@@ -342,7 +362,7 @@ def rollout(
         u = jnp.where(k % hold == 0, u_new, u_held) if hold > 1 else u_new
 
         def accel(ts, qs, qds):
-            return _forward_dynamics(arm, qs, qds, torque_of(arm, u, qds), fe)
+            return _forward_dynamics(arm, qs, qds, torque_of(arm, u, qds), fe, per_state=per_state)
 
         q_next, qd_next, qdd = step_fn(integrators._recomputed(accel) if recompute else accel, t, q, qd, dt)
         if use_stops:
