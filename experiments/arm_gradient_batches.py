@@ -3,17 +3,23 @@
 Identification by gradient: a loss over a ``jax.vmap``-ed batch of 1000-step RK3 rollouts (the
 sum of squared joint angles along the way), differentiated by ``jax.grad`` with respect to the
 arm's standard inertial and drive parameters (``jaxarm.identify.linear_model``), the kinematics
-known. Three programs per arm and batch, compiled in one process and timed alternately:
+known. Programs per arm and batch, compiled in one process and timed alternately:
 
-- ``forward``: the loss itself (the arm traced the same way);
-- ``unbatched_reads``: its gradient with the inertial parameters read as unbatched scalars, as
-  before (vmap sums each scalar's cotangent over the batch on its own);
-- ``per_state_reads``: its gradient as ``jaxarm.rollout`` takes it now, the inertial parameters
-  read per state, one vector per body (``jaxarm.dynamics.algebra.per_state_entries``).
+- ``forward``: the loss itself (the arm traced the same way), as it runs now; ``forward_before``:
+  with every friction model of the partly traced drives evaluated, as before;
+- ``before``: the gradient as it ran before the three changes below;
+- ``per_state_reads``: the inertial parameters read per state, one vector per body
+  (``jaxarm.dynamics.algebra.per_state_entries``), instead of as unbatched scalars;
+- ``friction_cotangent_apart``: and friction's share of the joint-velocity cotangent computed
+  apart (``jaxarm.dynamics.newton_euler._FRICTION_COTANGENT_APART``);
+- ``now``: and the friction models chosen per parameter field, so that the Stribeck and sigmoid
+  models whose (known) parameters are zero are left out although the Coulomb and viscous
+  coefficients are traced (``jaxarm.dynamics.drives._MODELS_BY_FIELD``): what ``jaxarm.rollout``
+  gives now.
 
 One JSON line per program: compile time, best of ``--repeats`` runs, the ratio to ``forward``, and
-the largest relative difference between the two gradients. A batch of one reads the parameters
-as before (there is nothing to sum), so it is measured only with ``--batches 1`` asked for.
+the largest relative difference of the gradient from ``before``'s. A batch of one reads the
+parameters as before (there is nothing to sum over).
 
     python experiments/arm_gradient_batches.py
     python experiments/arm_gradient_batches.py --arms panda --batches 16,256 --steps 200
@@ -35,11 +41,17 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
-from jaxarm.dynamics import forward  # noqa: E402
+from jaxarm.dynamics import drives, forward, newton_euler  # noqa: E402
 from jaxarm.identify.linear_model import arm_with_parameters, standard_parameters  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import benchmark as bench  # noqa: E402
+
+
+# (label, differentiated, per-state reads, friction cotangent apart, friction models by field)
+PROGRAMS = (("forward", False, True, True, True), ("forward_before", False, False, False, False),
+            ("before", True, False, False, False), ("per_state_reads", True, True, False, False),
+            ("friction_cotangent_apart", True, True, True, False), ("now", True, True, True, True))
 
 
 def measure(name, batch, steps, repeats):
@@ -53,29 +65,30 @@ def measure(name, batch, steps, repeats):
         return jnp.sum(q ** 2)
 
     programs = {}
-    for label, fn, per_state in (("forward", loss, True), ("unbatched_reads", jax.grad(loss), False),
-                                 ("per_state_reads", jax.grad(loss), True)):
-        forward._PER_STATE = per_state
+    for label, differentiated, per_state, apart, by_field in PROGRAMS:
+        forward._PER_STATE, newton_euler._FRICTION_COTANGENT_APART, drives._MODELS_BY_FIELD = per_state, apart, by_field
+        # a new function for each program: jax caches a trace by function, not by these switches
+        fn = jax.grad(loss) if differentiated else (lambda p: loss(p))
         try:
             start = time.perf_counter()
             compiled = jax.jit(fn, compiler_options=jaxarm.compiler_options()).lower(p0).compile()
             first = time.perf_counter() - start
         finally:
-            forward._PER_STATE = True
+            forward._PER_STATE = newton_euler._FRICTION_COTANGENT_APART = drives._MODELS_BY_FIELD = True
         programs[label] = dict(compiled=compiled, compile_s=first, best_s=float("inf"))
     values = {k: np.asarray(v["compiled"](p0)) for k, v in programs.items()}
-    before, after = values["unbatched_reads"], values["per_state_reads"]
-    difference = float(np.max(np.abs(after - before)) / np.max(np.abs(before)))
     for _ in range(repeats):
         for v in programs.values():
             start = time.perf_counter()
             jax.block_until_ready(v["compiled"](p0))
             v["best_s"] = min(v["best_s"], time.perf_counter() - start)
-    base = programs["forward"]["best_s"]
+    base, before = programs["forward"]["best_s"], values["before"]
     for label, v in programs.items():
-        print(json.dumps(dict(arm=name, batch=batch, steps=steps, program=label, compile_s=round(v["compile_s"], 2),
-                              ms=round(v["best_s"] * 1e3, 2), ratio_to_forward=round(v["best_s"] / base, 2),
-                              gradient_rel_difference=difference)), flush=True)
+        row = dict(arm=name, batch=batch, steps=steps, program=label, compile_s=round(v["compile_s"], 2),
+                   ms=round(v["best_s"] * 1e3, 2), ratio_to_forward=round(v["best_s"] / base, 2))
+        if values[label].shape == before.shape:
+            row["gradient_rel_difference"] = float(np.max(np.abs(values[label] - before)) / np.max(np.abs(before)))
+        print(json.dumps(row), flush=True)
 
 
 def main(argv=None):

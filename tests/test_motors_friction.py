@@ -307,3 +307,36 @@ def test_a_known_arm_leaves_its_switched_off_friction_models_out_and_computes_th
         assert "exp" not in text and "tanh" not in text
     if "stribeck" in models or "sigmoid" in models:
         assert "exp" in text
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.05])
+def test_a_partly_traced_drive_model_leaves_out_the_models_whose_known_parameters_are_zero(scale, monkeypatch):
+    """Identification traces the viscous and Coulomb coefficients (arm_with_parameters) while the
+    Stribeck and sigmoid parameters and the Coulomb smoothing scale stay known: the models those
+    switch off are left out field by field (no exponential; the Coulomb direction as an exact sign
+    or a tanh, not both), and the torques and their Jacobian with respect to the coefficients equal
+    those with every model evaluated (as before, drives._MODELS_BY_FIELD off)."""
+    from jaxarm.dynamics import drives
+
+    arm = with_drives(all_friction_arm(), static_friction=0.0, sigmoid_friction=0.0, coulomb_velocity_scale=scale)
+    coeffs = (np.asarray(arm.drives.viscous_friction), np.asarray(arm.drives.coulomb_friction))
+    assert np.all(coeffs[0] != 0) and np.all(coeffs[1] != 0)
+
+    def torques(c, qd):
+        return jaxarm.friction_torques(arm.replace(drives=arm.drives.replace(viscous_friction=c[0], coulomb_friction=c[1])), qd)
+
+    text = str(jax.make_jaxpr(torques)(coeffs, np.zeros(3)))
+    assert "exp" not in text
+    assert ("tanh" in text) == (scale > 0) and (" sign " in text) == (scale == 0)
+    qds = [np.array([0.7, -0.2, 0.0]), np.array([-1.5, 1e-4, 2.0])]
+    now = [(torques(coeffs, qd), jax.jacrev(torques)(coeffs, qd)) for qd in qds]
+    monkeypatch.setattr(drives, "_MODELS_BY_FIELD", False)
+
+    def before(c, qd):  # a new function: jax caches traces by function
+        return torques(c, qd)
+
+    assert "exp" in str(jax.make_jaxpr(before)(coeffs, np.zeros(3)))
+    for qd, (value, jac) in zip(qds, now):
+        np.testing.assert_allclose(value, before(coeffs, qd), rtol=1e-14, atol=1e-15)
+        for a, b in zip(jax.tree_util.tree_leaves(jac), jax.tree_util.tree_leaves(jax.jacrev(before)(coeffs, qd))):
+            np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)

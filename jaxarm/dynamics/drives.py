@@ -21,7 +21,15 @@ def _reflected_inertia(arm: Arm):
 
 
 def _direction(qd, scale):
-    """sign(qd), or tanh(qd / scale) where a smoothing velocity scale is set (> 0)."""
+    """sign(qd), or tanh(qd / scale) where a smoothing velocity scale is set (> 0); where the
+    scales are known, only the form they choose is computed."""
+    if checks.concrete(scale) and _MODELS_BY_FIELD:
+        smooth = np.asarray(scale) > 0
+        if not np.any(smooth):
+            return jnp.sign(qd)
+        if np.all(smooth):
+            return jnp.tanh(qd / jnp.asarray(scale))
+    scale = jnp.asarray(scale)
     safe = jnp.where(scale > 0, scale, 1.0)
     return jnp.where(scale > 0, jnp.tanh(qd / safe), jnp.sign(qd))
 
@@ -45,15 +53,18 @@ def friction_torques(arm: Arm, qd):
 
 def _friction_torques(arm: Arm, qd):
     dr = arm.drives
-    # A known arm's friction models that are off (all parameters zero) are left out of the program:
-    # the exponentials and tanh of the Coulomb, Stribeck and sigmoid models are the dearest
-    # operations of a dynamics evaluation, and in reverse mode they sit in the loop that gathers
-    # the joint-velocity cotangent.
-    known = checks.concrete(dr)
+    # Friction models that are off (parameters known, all zero) are left out of the program: the
+    # exponentials and tanh of the Coulomb, Stribeck and sigmoid models are the dearest operations
+    # of a dynamics evaluation, and in reverse mode they sit in the loop that gathers the
+    # joint-velocity cotangent. Decided per parameter field, so that an arm whose Coulomb and
+    # viscous coefficients are traced (identification: jaxarm.identify.linear_model's
+    # arm_with_parameters) keeps its Stribeck and sigmoid models out where they are zero.
 
     def on(field, test=lambda p: p != 0):
-        """Whether a model can contribute: always for a traced arm, else where ``test`` holds."""
-        return not known or bool(np.any(test(np.asarray(field))))
+        """Whether a model can contribute: where ``field`` is traced, else where ``test`` holds."""
+        if not _MODELS_BY_FIELD and not checks.concrete(dr):
+            return True
+        return not checks.concrete(field) or bool(np.any(test(np.asarray(field))))
 
     G = jnp.asarray(dr.gear_ratio)
     absG = jnp.abs(G)
@@ -64,7 +75,7 @@ def _friction_torques(arm: Arm, qd):
     Ts = jnp.asarray(dr.static_friction)
     coulomb_on, stribeck_on = on(dr.coulomb_friction), on(dr.static_friction, lambda p: p > 0)
     if coulomb_on or stribeck_on:
-        s = _direction(qd, jnp.asarray(dr.coulomb_velocity_scale))
+        s = _direction(qd, dr.coulomb_velocity_scale)
         forward = qd >= 0  # which Coulomb level applies; s carries the (smoothed) direction
         if coulomb_on:
             total = total + absG * jnp.where(forward, tc[:, 0], -tc[:, 1]) * s
@@ -78,3 +89,8 @@ def _friction_torques(arm: Arm, qd):
         p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]
         total = total + p1 * (jnp.reciprocal(1.0 + jnp.exp(-p2 * (qd + p3))) - jnp.reciprocal(1.0 + jnp.exp(-p2 * p3)))
     return total
+
+
+# False: every friction model of a partly traced drive model is evaluated, and both forms of the
+# Coulomb direction (for before/after measurements: experiments/arm_gradient_batches.py)
+_MODELS_BY_FIELD = True

@@ -165,7 +165,21 @@ def _inverse_dynamics(arm, q, qd, qdd, f_ext=None, bodies=None):
     bodies = _bodies(arm) if bodies is None else bodies
     dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, qdd)
     tau, _ = _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)
-    return tau + drives._reflected_inertia(arm) * qdd + drives._friction_torques(arm, qd)
+    if _FRICTION_COTANGENT_APART and not checks.concrete(arm.drives):
+        # a traced drive model's friction reads qd through cotangent_once: in reverse mode its
+        # share of qd's cotangent is computed into an array of its own. Otherwise XLA:CPU fused it
+        # (per joint: each joint's friction parameters) with Newton-Euler's share (the same for
+        # every joint: a select of the joints' deep expressions), and LLVM could no longer hoist
+        # the deep part out of the loop over the joints: 1,041 operations per joint and state
+        # (a Puma 560's arm gradient, 1000 RK3 steps at batch 256: 704 -> 559 ms)
+        qd_friction = algebra.cotangent_once(qd, q)
+    else:
+        qd_friction = qd
+    return tau + drives._reflected_inertia(arm) * qdd + drives._friction_torques(arm, qd_friction)
+
+
+# False: friction reads qd directly (for before/after measurements: experiments/arm_gradient_batches.py)
+_FRICTION_COTANGENT_APART = True
 
 
 def rigid_body_torques(arm: Arm, q, qd, qdd, f_ext=None):

@@ -192,7 +192,7 @@ def _bodies_from_parameters(bodies: Bodies, block):
 
 def _coulomb_direction(arm: Arm, qd):
     """The arm's Coulomb direction s(qd): sign, or tanh(qd / scale) where a scale is set."""
-    return drives_mod._direction(qd, jnp.asarray(arm.drives.coulomb_velocity_scale))
+    return drives_mod._direction(qd, arm.drives.coulomb_velocity_scale)
 
 
 def _linear_torques(arm: Arm, q, qd, qdd, pi, drives: bool):
