@@ -10,8 +10,10 @@
 # float64 and float32, at 16384 and 10^5 rollouts of 1000 steps (MJX: 10^5 rollouts of 100 steps;
 # compile times too); gradients of the Puma's 1000-step rollout cost (float64, plain reverse mode
 # with the Runge-Kutta stages written out, the GPU default, and in a loop) at 1 and 4096 rollouts;
-# inverse/forward dynamics and the mass matrix at 2^20 states. Sized by what an H200 took (each
-# program compiles in 10-40 s there): about 490 s in all.
+# inverse/forward dynamics and the mass matrix at 2^20 states; last, if the budget allows (not
+# yet run on a GPU), the gradient with respect to the Puma's standard parameters at 4096
+# rollouts. Sized by what an H200 took (each program compiles in 10-40 s there): about 490 s for
+# the first four stages.
 set -u
 out=${1:?usage: bash benchmarks/gpu_suite.sh OUTDIR [BUDGET_SECONDS]}
 budget=${2:-490}
@@ -39,3 +41,4 @@ stage rollouts_panda 170 --arms panda "${rollouts[@]}"
 stage rollouts_puma 110 --arms puma560 "${rollouts[@]}"
 stage gradients 130 --arms puma560 --quantities rollout_grad,compile --dtypes float64 --grad-batches 1,4096 --grad-entries autodiff,autodiff_loop --peers none
 stage dynamics 80 --quantities inverse_dynamics,mass_matrix,forward_dynamics,compile --batches 1048576 --peers none
+stage arm_gradients 90 --arms puma560 --quantities rollout_grad,compile --dtypes float64 --grad-batches 4096 --grad-entries arm --peers none

@@ -185,3 +185,20 @@ def test_float32_path_has_no_float64_in_the_compiled_program():
     arm64 = bench.benchmark_arm("puma560")
     c64, _ = bench.compile_timed(jax.vmap(bench.dynamics_fn(arm64, "inverse_dynamics")), *[np.zeros((4, arm.n))] * 3)
     assert bench.f64_ops(c64) > 0  # the counter can fail
+
+
+def test_the_arm_gradient_entry_reports_its_own_forward_and_no_target(capsys):
+    """``--grad-entries arm``: the gradient of the rollout cost with respect to the arm's standard
+    parameters gets its own row, timed against the same cost with the arm traced, and is left out
+    of the torque gradients' agreement check and of the <= 4x target."""
+    bench = _load_benchmark()
+    arm = bench.benchmark_arm("two_link_planar")
+    cfg = argparse.Namespace(steps=5, dt=1e-3, grad_batches=[2], grad_entries=["arm"], quantities=["rollout_grad"], min_time=0.0)
+    rec = bench.Recorder()
+    bench.bench_jaxarm_grad(rec, "two_link_planar", arm, jnp.float64, cfg, np.random.default_rng(0))
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+    (row,) = [r for r in rows if r.get("quantity") == "rollout_grad"]
+    assert row["entry"] == "arm" and row["unit"] == "x forward"
+    assert row["seconds"] > 0 and row["forward_seconds"] > 0 and math.isclose(row["value"], row["seconds"] / row["forward_seconds"])
+    targets = bench.targets(rows, argparse.Namespace(arms=["two_link_planar"], dtypes=["float64"]))
+    assert not [t for t in targets if "gradient / forward" in t["target"]]
