@@ -45,6 +45,12 @@ def encloses(outer, inner) -> bool:
     return False
 
 
+def same_transformation(a, b) -> bool:
+    """Whether tracers a and b were made by the same transformation (the same vmap, say)."""
+    trace = getattr(a, "_trace", None)
+    return trace is not None and trace is getattr(b, "_trace", None)
+
+
 def batch_size(x) -> int:
     """The size of the batch axis of a vmap's tracer x."""
     dim = getattr(x, "batch_dim", None)

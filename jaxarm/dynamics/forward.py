@@ -114,8 +114,8 @@ def _inertials_per_state(bodies, witness):
     if not fields:
         return bodies
     # the inertia's symmetric part (the recursions read it): its gradient stays symmetric
-    arrays = [0.5 * (x + jnp.swapaxes(x, -1, -2)) if f == "inertia_origin" else getattr(bodies, f)
-              for f in fields for x in [getattr(bodies, f)]]
+    arrays = [getattr(bodies, f) for f in fields]
+    arrays = [0.5 * (x + jnp.swapaxes(x, -1, -2)) if f == "inertia_origin" else x for f, x in zip(fields, arrays)]
     n = arrays[0].shape[0]
     groups = [[(a, (i,) + index) for a, x in enumerate(arrays) for index in np.ndindex(*x.shape[1:])
                if len(index) < 2 or index[0] <= index[1]] for i in range(n)]

@@ -144,13 +144,14 @@ def _shared_arm_reversed(arm, states) -> bool:
     (identification from several experiments). Its cotangent is then a sum over the batch, and
     forward dynamics reads its inertial parameters per state
     (:func:`jaxarm.dynamics.algebra.per_state_entries`). Not for a ``jax.vmap`` of ``jax.grad``
-    (one gradient per member: nothing is summed), a batch of one, or forward mode."""
+    (one gradient per member: nothing is summed), a batch of one, forward mode, or
+    ``adjoint=True``."""
     batches = [t for x in jax.tree_util.tree_leaves(states) for t in tracers.wrapped(x)
                if isinstance(t, tracers.BatchTracer) and tracers.batch_size(t) > 1]
     for leaf in _tangent_sources(arm):
         chain = list(tracers.wrapped(leaf))
         for b in batches:
-            if any(isinstance(t, tracers.BatchTracer) and t._trace is b._trace for t in chain):
+            if any(tracers.same_transformation(t, b) for t in chain):
                 continue  # the arm is batched by this vmap as well
             if any(isinstance(t, tracers.REVERSE_TRACERS) and tracers.encloses(t, b) for t in chain):
                 return True
@@ -293,7 +294,8 @@ def rollout(
     # methods by name does this itself; the adjoint differentiates each step on its own)
     recompute = not adjoint and not getattr(step_fn, "recomputes_dynamics", False)
     n = arm.n
-    per_state = _shared_arm_reversed(arm, (q0, qd0, inputs, f_ext))
+    # (the adjoint differentiates each step on its own, as it was measured)
+    per_state = not adjoint and _shared_arm_reversed(arm, (q0, qd0, inputs, f_ext))
     if not isinstance(stops, (bool, np.bool_)):
         raise ValueError(f"rollout: stops: expected True or False, got {stops!r}")
     use_stops = bool(stops)
