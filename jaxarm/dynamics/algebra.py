@@ -407,16 +407,12 @@ class Entries:
     def __init__(self, cells: np.ndarray, dtype):
         self.cells, self.dtype = cells, dtype
 
-    @property
-    def shape(self):
-        return self.cells.shape
-
     def __getitem__(self, i):
         c = self.cells[i]
         return Entries(c, self.dtype) if isinstance(c, np.ndarray) else c
 
 
-def per_state_entries(arrays, witness, groups=None):
+def per_state_entries(arrays, witness, groups):
     """The entries of the unbatched traced ``arrays`` (a list), read once per state of the batch
     ``witness`` (a traced state) belongs to, as :class:`Entries`.
 
@@ -430,11 +426,9 @@ def per_state_entries(arrays, witness, groups=None):
     cotangents form a (batch, entries) array per vector, computed once (:func:`cotangent_once`)
     and summed over the batch by one reduction.
 
-    ``groups``: the entries' vectors, as lists of (array index, entry index) pairs; by default one
-    vector of all entries. A split's cotangent is a chain of selects, one per entry, evaluated for
-    each entry (k^2 selects for k entries)."""
-    if groups is None:
-        groups = [[(a, index) for a, x in enumerate(arrays) for index in np.ndindex(*jnp.shape(x))]]
+    ``groups``: the entries' vectors, as lists of (array index, entry index) pairs; entries in no
+    group stay unread (None). Keep the vectors short: a split's cotangent is a chain of selects,
+    one per entry, evaluated for each entry (k^2 selects for k entries)."""
     never = lax.stop_gradient(jnp.ravel(witness)[0]) < -jnp.inf  # false, NaN included
     cells = [np.empty(jnp.shape(x), dtype=object) for x in arrays]
     dtype = jnp.result_type(*arrays)
