@@ -250,9 +250,11 @@ def rollout(
         with respect to the masses: 15.6 ms instead of 9.4 ms).
     adjoint: reverse-mode derivatives by the discrete adjoint (:func:`jaxarm.adjoint.scan`): the
         step Jacobians for all steps at once in forward mode, then one small matrix-vector
-        product per step backwards. Same gradient as plain autodiff (to rounding), about 10x
-        faster for one rollout on a CPU (docs/benchmarks.md); needs an input schedule (not a
-        policy), stores T x 2n x 3n Jacobian entries per rollout, and has no forward-mode rule
+        product per step backwards. Same gradient as plain autodiff (to rounding). It was about
+        10x faster for one rollout on a CPU before plain reverse mode got cheap; now it is the
+        slower one (Puma 560, 1000 RK3 steps, batch 1: 10.6 against 4.9 ms, compile 6.9 against
+        2.4 s; ``experiments/trajopt_puma.py``'s ``grad_over_forward``). It needs an input
+        schedule (not a policy), stores T x 2n x 3n Jacobian entries per rollout, and has no forward-mode rule
         (``jax.jvp``/``jacfwd``/``hessian`` of such a rollout raise; leave it off for those).
         On a CPU compile the gradient with :func:`jaxarm.jit` (``jax.jit`` with jaxarm's compiler
         options): under a plain ``jax.jit`` XLA's CPU fusion emitters make its Jacobian stage

@@ -109,6 +109,11 @@ def ilqr(
     s = (q, qd, u_{k-1}) (3n,). Cost curvature in z is the Gauss-Newton sigma' l_uu sigma' (exact
     without squashing), which keeps Q_uu positive where tanh bends.
     Pure and traceable (``lax.while_loop`` throughout): ``jax.vmap`` it over problems or arms.
+    Jit a function that closes over the arm, ``jaxarm.jit(lambda p, u: ilqr(arm, p, u))``, rather
+    than passing the arm to the jit: a traced arm folds none of its numbers (Puma 560 reach,
+    T = 50: first call 20 s with the arm a jit argument, 14 s closed over). For the fastest first
+    call solve the same problem with :func:`jaxarm.trajopt.ddp` on
+    ``trajopt.reach_ocp(arm, problem, T)`` (docs/guide/trajopt.md).
     """
     func = "ilqr"
     setup, u_init = _setup(arm, problem, u_init, func, torque_limits=torque_limits, input=input, method=method)
