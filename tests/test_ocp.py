@@ -280,6 +280,44 @@ def test_a_problem_closed_over_by_a_jit_keeps_its_arm_constant_and_solves_the_sa
     assert any(traced_calls)
 
 
+def test_an_eager_call_compiles_once_for_new_params_and_equals_the_jitted_solve(reach_solutions):
+    """Called outside any jit, as a new user first calls it, ddp answers with a compiled solve it
+    keeps (the problem but its params a constant, the params an argument): a second eager call with
+    a new goal compiles nothing and equals the same solve jitted by hand; another setting is another
+    solve; bad input still raises before anything is compiled."""
+    from jaxarm.core import xla
+    from tests.test_recompiles import count_compiles
+
+    arm, problem, goal, *_ = reach_solutions
+    goal2 = goal + jnp.array([-0.05, 0.05, 0.0])
+    xla._EAGER.clear()
+    first = trajopt.ddp(problem, max_iterations=40)
+    assert len(xla._EAGER) == 1
+    with count_compiles() as events:
+        second = trajopt.ddp(problem.replace(params={"goal": goal2}), max_iterations=40)
+        jax.block_until_ready(second.u)
+    assert len(events) == 0, f"{len(events)} new compiles"
+    by_hand = jaxarm.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g}), max_iterations=40))
+    assert_close(np.asarray(second.u), np.asarray(by_hand(goal2).u), rtol=0, atol=1e-12)
+    assert_close(np.asarray(first.u), np.asarray(by_hand(goal).u), rtol=0, atol=1e-12)
+    assert bool(first.converged) and bool(second.converged), (first.reason(), second.reason())
+    trajopt.ddp(problem, max_iterations=41)
+    assert len(xla._EAGER) == 2
+    with pytest.raises(ValueError, match="u_init"):
+        trajopt.ddp(problem, jnp.full((T, 2), jnp.nan))
+    with pytest.raises(ValueError, match="mu"):
+        trajopt.ddp(problem, mu=np.asarray(-1.0))
+    # what counts as eager: outside every transformation, with jits enabled
+    from jaxarm.core import tracers
+
+    seen = [tracers.eager()]
+    jax.jit(lambda x: seen.append(tracers.eager()) or x)(1.0)
+    jax.vmap(lambda x: seen.append(tracers.eager()) or x)(jnp.ones(2))
+    with jax.disable_jit():
+        seen.append(tracers.eager())
+    assert seen == [True, False, False, False]
+
+
 def test_solve_many_solves_each_problem_as_ddp_does_and_lets_finished_ones_leave_the_pool(reach_solutions):
     """trajopt.solve_many (a pool of 2 slots, rounds of 6 iterations) against one ddp solve per goal:
     the same optimum (each problem converged; costs equal to the solver's tolerance, a resumed

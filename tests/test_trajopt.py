@@ -447,3 +447,24 @@ def test_bad_input_is_reported_before_tracing():
         trajopt.reach_problem(arm, problem.q0, [0.0, 1.0], DT)
     with pytest.raises(ValueError, match="u_init: expected finite"):
         trajopt.ilqr(arm, problem, u0.at[3, 1].set(jnp.nan))
+
+
+def test_an_eager_ilqr_call_compiles_once_for_a_new_target_and_equals_the_jitted_solve():
+    """Called outside any jit, a ReachProblem solver answers with a compiled solve it keeps (the arm
+    and the settings constants, the problem and the warm start arguments): a second eager call for
+    another target compiles nothing and equals the same solve jitted by hand."""
+    from jaxarm.core import xla
+    from tests.test_recompiles import count_compiles
+
+    arm = two_link()
+    problem, other = reach(arm), reach(arm, offset=(0.25, 0.3, 0.0))
+    u0 = hold_start(arm, problem)
+    xla._EAGER.clear()
+    trajopt.ilqr(arm, problem, u0, max_iterations=5)
+    with count_compiles() as events:
+        res = trajopt.ilqr(arm, other, u0, max_iterations=5)
+        jax.block_until_ready(res.u)
+    assert len(events) == 0, f"{len(events)} new compiles"
+    by_hand = jaxarm.jit(lambda p, u: trajopt.ilqr(arm, p, u, max_iterations=5))(other, u0)
+    np.testing.assert_allclose(np.asarray(res.u), np.asarray(by_hand.u), rtol=0, atol=1e-12)
+    assert len(xla._EAGER) == 1

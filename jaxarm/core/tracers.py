@@ -55,3 +55,14 @@ def batch_size(x) -> int:
     """The size of the batch axis of a vmap's tracer x."""
     dim = getattr(x, "batch_dim", None)
     return int(x.val.shape[dim]) if isinstance(dim, int) else 0
+
+
+def eager() -> bool:
+    """Whether the caller runs outside every jax transformation (no jit, vmap or derivative is
+    being traced) with jits enabled, so that a program compiled now would run at once. False
+    under ``jax.disable_jit()`` (nothing is compiled there), and where this jax cannot tell."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:  # pragma: no cover
+        return False
+    return bool(trace_state_clean()) and not jax.config.jax_disable_jit

@@ -21,11 +21,14 @@ CPU default backend only, and ``{}`` elsewhere (GPU, TPU). Nothing is set global
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import os
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 YNN_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
 FUSION_EMITTERS_OFF = {"xla_cpu_use_fusion_emitters": False}
@@ -79,6 +82,58 @@ def jit(fun=None, **kwargs):
         return compiled[key](*args, **kw)
 
     return wrapper
+
+
+# compiled programs kept for eager calls of the solvers (see eager_compiled), most recently used last
+_EAGER = collections.OrderedDict()
+EAGER_CACHE_SIZE = 8
+
+
+def eager_compiled(key, make):
+    """The compiled function kept under ``key`` (hashable), made by ``make()`` (a :func:`jit`) the
+    first time. For a solver called eagerly, outside any jit, vmap or derivative: run op by op,
+    every call traced and compiled its loops again; compiled once and kept, the next call with
+    the same constants runs at once. At most :data:`EAGER_CACHE_SIZE` are kept, the least
+    recently used dropped first."""
+    fn = _EAGER.pop(key, None)
+    if fn is None:
+        fn = make()
+    _EAGER[key] = fn
+    while len(_EAGER) > EAGER_CACHE_SIZE:
+        _EAGER.popitem(last=False)
+    return fn
+
+
+def by_value(tree):
+    """A pytree of known values as a hashable key: its structure, and each leaf's dtype, shape and
+    a digest of its bytes."""
+    leaves, structure = jax.tree_util.tree_flatten(tree)
+    digests = []
+    for a in leaves:
+        a = np.asarray(a)
+        digests.append((a.dtype.str, a.shape, hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()))
+    return structure, tuple(digests)
+
+
+def split_settings(given: dict):
+    """A solver's keyword arguments split into its settings (Python values, functions, optax
+    transformations: constants of the compiled program and part of its key) and its arrays
+    (arguments of the program)."""
+    def is_array(v):
+        return isinstance(v, (jax.Array, np.ndarray, list)) or (isinstance(v, np.generic) and not isinstance(v, (bool, int, float)))
+
+    arrays = {k: v for k, v in given.items() if is_array(v)}
+    settings = tuple(sorted(((k, v) for k, v in given.items() if k not in arrays), key=lambda kv: kv[0]))
+    return settings, arrays
+
+
+def hashable(key) -> bool:
+    """Whether ``key`` can key :func:`eager_compiled` (a setting that is not hashable cannot)."""
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
 
 
 _OFF = ("", "0", "off", "no", "false", "none")

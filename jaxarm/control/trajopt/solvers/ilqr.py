@@ -24,7 +24,8 @@ from ..objective import (
     _terminal,
     _zero_multipliers,
 )
-from ..problem import ReachProblem, TrajoptResult, _setup
+from ....core import tracers
+from ..problem import ReachProblem, TrajoptResult, _eager_reach, _setup
 from .shooting import _check_iterations
 
 
@@ -115,6 +116,7 @@ def ilqr(
     call solve the same problem with :func:`jaxarm.trajopt.ddp` on
     ``trajopt.reach_ocp(arm, problem, T)`` (docs/guide/trajopt.md).
     """
+    given = dict(locals())  # the call as made (an eager call is answered by a kept compiled solve)
     func = "ilqr"
     setup, u_init = _setup(arm, problem, u_init, func, torque_limits=torque_limits, input=input, method=method)
     _check_iterations(max_iterations, al_iterations, func)
@@ -125,6 +127,10 @@ def ilqr(
             raise ValueError(f"{func}: {name}: expected a finite number >= 0, got {v!r}")
     if not reg_factor > 1:
         raise ValueError(f"{func}: reg_factor: expected a number > 1, got {reg_factor!r}")
+    if tracers.eager():
+        solved = _eager_reach(ilqr, given)
+        if solved is not None:
+            return solved
     n, T = setup.arm.n, setup.T
     p = setup.problem
     dtype = u_init.dtype

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
 import jax.numpy as jnp
 
+from ....core import tracers
+from ....core.xla import by_value, eager_compiled, hashable, jit, split_settings
 from ...step_jacobians import _step
 from ..ocp import OCP, solver_arm
 from .ddp import OCPResult, ddp
@@ -35,7 +40,9 @@ def mpc_step(problem: OCP, x, plan: OCPResult | None = None, *, max_iterations: 
     another. Jit a function that closes over the problem and takes the targets, x and the plan as
     arguments (``jaxarm.jit(lambda targets, x, plan: mpc_step(problem.replace(params=...), x,
     plan))``): the model arm is then a constant of the program, whose numbers the dynamics fold
-    (Puma, 50 knots: 1.5 ms a step against 2.2 ms with the problem an argument). Constraints:
+    (Puma, 50 knots: 1.5 ms a step against 2.2 ms with the problem an argument). Called eagerly,
+    in a plain Python loop, it does this itself: the first step (and the first with a plan)
+    compiles, the next ones reuse that program. Constraints:
     each step ends with a multiplier update (``update_at_limit=True``, the real-time iteration
     scheme's estimate), and the shifted multipliers warm-start the next step.
     """
@@ -45,9 +52,30 @@ def mpc_step(problem: OCP, x, plan: OCPResult | None = None, *, max_iterations: 
     x = jnp.asarray(x, jnp.result_type(problem.x0))
     if x.shape != (2 * problem.n,):
         raise ValueError(f"mpc_step: x: expected the measured state (q, qd) of shape ({2 * problem.n},), got {x.shape}")
+    if tracers.eager():  # called in a plain Python loop: one compiled step, kept (as ddp does)
+        stepped = _compiled_step(problem, x, plan, max_iterations, options)
+        if stepped is not None:
+            return stepped
     problem = problem.replace(x0=x)
     if plan is None:
         return ddp(problem, max_iterations=max_iterations, **options)
     u, xs, lam = shift(problem, plan)
     xs = xs.at[0].set(x)
     return ddp(problem, u, xs, max_iterations=max_iterations, multipliers=lam, **options)
+
+
+def _compiled_step(problem, x, plan, max_iterations, options):
+    """:func:`mpc_step` called eagerly, answered by a compiled step kept for the next call
+    (:func:`jaxarm.core.xla.eager_compiled`): the problem but its ``params`` (the model arm above
+    all) and the settings are its constants; the targets (``params``), the measured state and the
+    plan its arguments. A control loop in plain Python then compiles once, where every step run
+    op by op traced and compiled the solver's loops again (seconds a step). None where a setting
+    cannot key a kept program."""
+    settings, arrays = split_settings(dict(options, max_iterations=max_iterations))
+    key = ("mpc_step", by_value(dataclasses.replace(problem, params=None)), jax.tree_util.tree_structure(problem.params),
+           jax.tree_util.tree_structure(plan), settings, tuple(sorted(arrays)))
+    if not hashable(key):
+        return None
+    step = eager_compiled(key, lambda: jit(lambda params, x, plan, arrays: mpc_step(
+        problem.replace(params=params), x, plan, **dict(settings), **arrays)))
+    return step(problem.params, x, plan, arrays)

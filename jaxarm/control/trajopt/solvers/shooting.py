@@ -20,7 +20,8 @@ from ..objective import (
     _simulate,
     _zero_multipliers,
 )
-from ..problem import ReachProblem, TrajoptResult, _setup
+from ....core import tracers
+from ..problem import ReachProblem, TrajoptResult, _eager_reach, _setup
 
 
 def _optax_minimize(fun, optimizer, max_iterations, tol, gtol, window):
@@ -129,9 +130,14 @@ def shooting(
     T = 50, with adjoint gradients: first call 110 s with the arm a jit argument, 31 s closed
     over; 15 s closed over with plain reverse mode).
     """
+    given = dict(locals())  # the call as made (an eager call is answered by a kept compiled solve)
     setup, u_init = _setup(arm, problem, u_init, "shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "shooting", window=window)
     tol = default_tol(u_init.dtype) if tol is None else tol
+    if tracers.eager():
+        solved = _eager_reach(shooting, given)
+        if solved is not None:
+            return solved
     optimizer = _default_optimizer() if optimizer is None else optimizer
 
     def objective(z, lam, mu):
@@ -180,11 +186,16 @@ def multiple_shooting(
     rollout of u_init (zero defects), and the result's trajectory is a single rollout of the
     optimized u (its max_violation includes the remaining defects).
     """
+    given = dict(locals())  # the call as made (an eager call is answered by a kept compiled solve)
     setup, u_init = _setup(arm, problem, u_init, "multiple_shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "multiple_shooting", window=window)
     tol = default_tol(u_init.dtype) if tol is None else tol
     if not isinstance(segments, (int, np.integer)) or segments < 1 or setup.T % segments:
         raise ValueError(f"multiple_shooting: segments: expected a positive whole number dividing the horizon T = {setup.T}, got {segments!r}")
+    if tracers.eager():
+        solved = _eager_reach(multiple_shooting, given)
+        if solved is not None:
+            return solved
     optimizer = _default_optimizer() if optimizer is None else optimizer
     n, S, L = setup.arm.n, int(segments), setup.T // int(segments)
     p = setup.problem
