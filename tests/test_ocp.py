@@ -301,6 +301,8 @@ def test_an_eager_call_compiles_once_for_new_params_and_equals_the_jitted_solve(
     assert_close(np.asarray(second.u), np.asarray(by_hand(goal2).u), rtol=0, atol=1e-12)
     assert_close(np.asarray(first.u), np.asarray(by_hand(goal).u), rtol=0, atol=1e-12)
     assert bool(first.converged) and bool(second.converged), (first.reason(), second.reason())
+    trajopt.ddp(problem, max_iterations=np.int64(40))  # a NumPy scalar is the setting it holds
+    assert len(xla._EAGER) == 1
     trajopt.ddp(problem, max_iterations=41)
     assert len(xla._EAGER) == 2
     with pytest.raises(ValueError, match="u_init"):

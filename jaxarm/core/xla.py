@@ -116,14 +116,12 @@ def by_value(tree):
 
 
 def split_settings(given: dict):
-    """A solver's keyword arguments split into its settings (Python values, functions, optax
-    transformations: constants of the compiled program and part of its key) and its arrays
-    (arguments of the program)."""
-    def is_array(v):
-        return isinstance(v, (jax.Array, np.ndarray, list)) or (isinstance(v, np.generic) and not isinstance(v, (bool, int, float)))
-
-    arrays = {k: v for k, v in given.items() if is_array(v)}
-    settings = tuple(sorted(((k, v) for k, v in given.items() if k not in arrays), key=lambda kv: kv[0]))
+    """A solver's keyword arguments split into its settings (Python values, NumPy scalars as the
+    Python values they hold, functions, optax transformations: constants of the compiled program
+    and part of its key) and its arrays (arguments of the program)."""
+    arrays = {k: v for k, v in given.items() if isinstance(v, (jax.Array, np.ndarray, list))}
+    settings = tuple(sorted(((k, v.item() if isinstance(v, np.generic) else v) for k, v in given.items() if k not in arrays),
+                            key=lambda kv: kv[0]))
     return settings, arrays
 
 
