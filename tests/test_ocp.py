@@ -309,6 +309,9 @@ def test_an_eager_call_compiles_once_for_new_params_and_equals_the_jitted_solve(
         trajopt.ddp(problem, jnp.full((T, 2), jnp.nan))
     with pytest.raises(ValueError, match="mu"):
         trajopt.ddp(problem, mu=np.asarray(-1.0))
+    # a Python int among the params (an index a term may read) stays a constant of the kept program
+    labelled = problem.replace(params={"goal": goal2, "joint": 1})
+    assert_close(np.asarray(trajopt.ddp(labelled, max_iterations=40).u), np.asarray(second.u), rtol=0, atol=1e-12)
     # what counts as eager: outside every transformation, with jits enabled
     from jaxarm.core import tracers
 

@@ -125,6 +125,22 @@ def split_settings(given: dict):
     return settings, arrays
 
 
+def passed_leaves(tree):
+    """``tree`` (a user's pytree, e.g. a problem's ``params``) as arguments of a kept program:
+    (key, leaves to pass, rebuild). Its arrays and floats are passed; its Python ints, bools and
+    strings (an index a term reads, say) stay constants, in the key. ``rebuild(passed)`` is the
+    tree again, from the passed leaves (traced, inside the program)."""
+    leaves, structure = jax.tree_util.tree_flatten(tree)
+    passed = [not isinstance(a, (int, str, np.bool_, np.integer)) for a in leaves]  # (bool is an int)
+    kept = tuple((i, a) for i, (a, p) in enumerate(zip(leaves, passed)) if not p)
+
+    def rebuild(values):
+        it = iter(values)
+        return jax.tree_util.tree_unflatten(structure, [next(it) if p else a for a, p in zip(leaves, passed)])
+
+    return (structure, kept), [a for a, p in zip(leaves, passed) if p], rebuild
+
+
 def hashable(key) -> bool:
     """Whether ``key`` can key :func:`eager_compiled` (a setting that is not hashable cannot)."""
     try:
