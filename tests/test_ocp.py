@@ -673,6 +673,31 @@ def test_mpc_closes_the_loop_on_a_heavier_arm_than_it_plans_on():
         trajopt.mpc_step(problem, jnp.zeros(3))
 
 
+def test_mpc_step_in_a_plain_python_loop_compiles_its_step_once(reach_solutions):
+    """mpc_step called eagerly keeps its compiled step (params, measured state and plan its
+    arguments): after the first step and the first with a plan, a control loop compiles nothing,
+    and each step equals the step jitted by hand."""
+    from tests.test_recompiles import count_compiles
+
+    arm, problem, goal, *_ = reach_solutions
+    by_hand = jaxarm.jit(lambda params, x, plan: trajopt.mpc_step(problem.replace(params=params), x, plan, max_iterations=2))
+    plan = trajopt.mpc_step(problem, problem.x0, max_iterations=2)
+    plan = trajopt.mpc_step(problem, plan.x[1], plan, max_iterations=2)
+    jax.block_until_ready(plan.u)
+    compiles = 0
+    for k in range(3):
+        moved = problem.replace(params={"goal": goal + 0.01 * k})
+        x = plan.x[1]
+        with count_compiles() as events:
+            new = trajopt.mpc_step(moved, x, plan, max_iterations=2)
+            jax.block_until_ready(new.u)
+        compiles += len(events)
+        reference = by_hand(moved.params, x, plan)
+        plan = new
+    assert compiles == 0, f"{compiles} new compiles"
+    assert_close(np.asarray(plan.u), np.asarray(reference.u), rtol=0, atol=1e-12)
+
+
 def test_mpc_with_one_iteration_a_step_updates_the_multipliers_of_its_constraints_every_step(reach_solutions):
     """Receding-horizon control of the keep-out-sphere reach with one DDP iteration per control
     step (the real-time iteration scheme): no step converges, yet every step ends with a multiplier
