@@ -150,3 +150,22 @@ def test_trajectory_optimization_compiles_once_for_new_goals_start_states_and_ar
             jax.block_until_ready(solve(p))
         jax.block_until_ready(step(problem, plan.x[1], plan))
     assert len(events) == 0, f"{len(events)} new compiles"
+
+
+def test_an_eager_rollout_compiles_once_and_equals_the_jitted_rollout():
+    """Called outside any jit, a rollout of an input schedule answers with a compiled rollout it
+    keeps (the arm a constant, states, schedule, dt, t0 and wrench arguments): a second call with
+    new values compiles nothing and equals a jitted rollout of the same values."""
+    arm, _ = _arms()
+    T = 40
+    rng = np.random.default_rng(3)
+    q0, qd0 = jnp.array([-1.2, 0.8]), jnp.zeros(2)
+    u1, u2 = (jnp.asarray(rng.uniform(-2.0, 2.0, (T, 2))) for _ in range(2))
+    q0b = q0 + 0.1
+    jax.block_until_ready(jaxarm.rollout(arm, q0, qd0, u1, 0.01).q)
+    with count_compiles() as events:
+        traj = jaxarm.rollout(arm, q0b, qd0, u2, 0.02)
+        jax.block_until_ready(traj.q)
+    assert len(events) == 0, f"{len(events)} new compiles"
+    ref = jax.jit(lambda q0, u, dt: jaxarm.rollout(arm, q0, qd0, u, dt).q)(q0b, u2, 0.02)
+    np.testing.assert_allclose(np.asarray(traj.q), np.asarray(ref), rtol=0, atol=1e-12)

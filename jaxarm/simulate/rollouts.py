@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core import tracers
+from ..core.xla import by_value, eager_compiled, hashable, jit
 from ..dynamics import motors
 from ..dynamics.forward import _forward_dynamics
 from ..model import checks
@@ -158,6 +159,22 @@ def _shared_arm_reversed(arm, states) -> bool:
     return False
 
 
+def _kept_rollout(arm, arrays, settings):
+    """:func:`rollout` with an input schedule, called eagerly (outside any jit, vmap or derivative),
+    answered by a compiled rollout kept for the next call (:func:`jaxarm.core.xla.eager_compiled`):
+    the arm (known by value) and the settings are its constants, the start state, the schedule,
+    dt, t0 and the wrench its arguments. Run op by op, 1000 Puma 560 steps took 0.66-0.85 s every
+    call; kept, a call after the first takes what a jitted rollout takes. None where a setting
+    cannot key a kept program (the rollout is then run as called)."""
+    settings = tuple(sorted(settings.items()))
+    key = ("rollout", by_value(arm), settings, tuple(a is None for a in arrays))
+    if not hashable(key):
+        return None
+    run = eager_compiled(key, lambda: jit(lambda q0, qd0, u, dt, t0, f_ext: rollout(
+        arm, q0, qd0, u, dt, t0=t0, f_ext=f_ext, on_divergence="flag", **dict(settings))))
+    return run(*arrays)
+
+
 def _as_schedule(x, T, width, name):
     x = jnp.asarray(x)
     if x.ndim == 1:
@@ -261,6 +278,12 @@ def rollout(
         ~100x slower (Puma, 1000 steps: 1.56 s instead of 0.030 s, slower than plain autodiff).
     on_divergence: "raise" raises :class:`DivergenceError` when the result is concrete (outside
         jit); "flag" only sets ``Trajectory.diverged_step`` (always the case under jit/vmap).
+
+    Called eagerly (outside any jit, vmap or derivative) with an input schedule, a rollout
+    compiles once and keeps the program, the arm and the settings its constants, the start state,
+    schedule, dt, t0 and wrench its arguments: the next eager call of the same arm, settings and
+    shapes runs it at once (1000 Puma 560 steps: 0.67 s for the first call, then 2.8 ms, where
+    every call took 0.66-0.85 s run op by op). With a policy or a DAC it runs as called.
     unroll: steps per iteration of the compiled time loop (``jax.lax.scan``'s ``unroll``).
     stops: the joints' position limits (``arm.limits.position``) act as rigid end stops
         (:func:`end_stops`, applied after every step); ``Trajectory.stop_steps`` counts, per
@@ -336,6 +359,14 @@ def rollout(
     dtype = jnp.result_type(q0, qd0, float)
     dt = jnp.asarray(dt, dtype)
     t0 = jnp.asarray(t0, dtype)
+    if policy is None and dac is None and tracers.eager():  # called eagerly: one compiled rollout, kept
+        settings = dict(method=method, input=input, hold=hold, bound=bound, checkpoint=checkpoint, adjoint=adjoint,
+                        saturate=saturate, unroll=unroll, stops=stops)
+        traj = _kept_rollout(arm, (q0, qd0, schedule, dt, t0, ext), settings)
+        if traj is not None:
+            if on_divergence == "raise":
+                check_divergence(traj)
+            return traj
 
     def command(arm, k, t, q, qd, u_row):
         """The input applied over step k: DAC, then saturation (what Trajectory.u records)."""
