@@ -94,7 +94,12 @@ def eager_compiled(key, make):
     first time. For a solver called eagerly, outside any jit, vmap or derivative: run op by op,
     every call traced and compiled its loops again; compiled once and kept, the next call with
     the same constants runs at once. At most :data:`EAGER_CACHE_SIZE` are kept, the least
-    recently used dropped first."""
+    recently used dropped first. None where ``key`` cannot be hashed (a setting that cannot key a
+    kept program: the caller then runs the call as made)."""
+    try:
+        hash(key)
+    except TypeError:
+        return None
     fn = _EAGER.pop(key, None)
     if fn is None:
         fn = make()
@@ -139,15 +144,6 @@ def passed_leaves(tree):
         return jax.tree_util.tree_unflatten(structure, [next(it) if p else a for a, p in zip(leaves, passed)])
 
     return (structure, kept), [a for a, p in zip(leaves, passed) if p], rebuild
-
-
-def hashable(key) -> bool:
-    """Whether ``key`` can key :func:`eager_compiled` (a setting that is not hashable cannot)."""
-    try:
-        hash(key)
-    except TypeError:
-        return False
-    return True
 
 
 _OFF = ("", "0", "off", "no", "false", "none")

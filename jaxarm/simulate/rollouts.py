@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core import tracers
-from ..core.xla import by_value, eager_compiled, hashable, jit
+from ..core.xla import by_value, eager_compiled, jit
 from ..dynamics import motors
 from ..dynamics.forward import _forward_dynamics
 from ..model import checks
@@ -168,11 +168,9 @@ def _kept_rollout(arm, arrays, settings):
     cannot key a kept program (the rollout is then run as called)."""
     settings = tuple(sorted(settings.items()))
     key = ("rollout", by_value(arm), settings, tuple(a is None for a in arrays))
-    if not hashable(key):
-        return None
     run = eager_compiled(key, lambda: jit(lambda q0, qd0, u, dt, t0, f_ext: rollout(
         arm, q0, qd0, u, dt, t0=t0, f_ext=f_ext, on_divergence="flag", **dict(settings))))
-    return run(*arrays)
+    return None if run is None else run(*arrays)
 
 
 def _as_schedule(x, T, width, name):

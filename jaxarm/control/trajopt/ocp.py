@@ -307,6 +307,18 @@ def solver_arm(problem: OCP) -> Arm:
     return _without_input_limits(problem.arm, problem.input)
 
 
+def _kept_key(problem: OCP):
+    """An OCP as a kept program takes it (:func:`jaxarm.core.xla.eager_compiled`): (key, params,
+    rebuild). Everything but ``params`` is a constant, known by value, in the key; ``params`` are
+    passed (their Python ints kept, :func:`jaxarm.core.xla.passed_leaves`), and ``rebuild(params)``
+    is the problem again inside the program."""
+    from ...core.xla import by_value, passed_leaves
+
+    params_key, params, rebuild = passed_leaves(problem.params)
+    key = (by_value(dataclasses.replace(problem, params=None)), params_key)
+    return key, params, lambda passed: problem.replace(params=rebuild(passed))
+
+
 def reach_ocp(arm: Arm, problem, T: int, *, method="rk3", input: str = "torque") -> OCP:
     """The :class:`jaxarm.trajopt.ReachProblem` ``problem`` as an :class:`OCP` of T steps, written in
     terms (same objective as :func:`jaxarm.trajopt.trajectory_cost`): effort, terminal tool

@@ -242,13 +242,11 @@ def _eager_reach(solver, given):
     constants, the :class:`ReachProblem` and the warm start its arguments, so a loop over targets
     compiles once (Puma reach, T = 50, ``ilqr``: 17 s and then 13 s a call run op by op). None
     where a setting cannot key a kept program (the caller then solves as called)."""
-    from ...core.xla import by_value, eager_compiled, hashable, jit, split_settings
+    from ...core.xla import by_value, eager_compiled, jit, split_settings
 
     given = dict(given)
     arm, problem, u_init = given.pop("arm"), given.pop("problem"), given.pop("u_init")
     settings, arrays = split_settings(given)
     key = (solver.__name__, by_value(arm), jax.tree_util.tree_structure(problem), settings, tuple(sorted(arrays)))
-    if not hashable(key):
-        return None
     solve = eager_compiled(key, lambda: jit(lambda problem, u_init, arrays: solver(arm, problem, u_init, **dict(settings), **arrays)))
-    return solve(problem, u_init, arrays)
+    return None if solve is None else solve(problem, u_init, arrays)

@@ -33,7 +33,6 @@ KKT system at the optimum.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -41,12 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ....core import tracers
-from ....core.xla import _jaxpr_function, by_value, eager_compiled, hashable, jit, passed_leaves, split_settings
+from ....core.xla import _jaxpr_function, eager_compiled, jit, split_settings
 from ....dynamics import linalg
 from ....model import checks
 from ....simulate.batch import _strong
 from ...step_jacobians import _EULER, _TABLEAUS, _accel_factored, _step_accel, _step_jacobians, _step_second_derivatives
-from ..ocp import OCP, _finite, solver_arm
+from ..ocp import OCP, _finite, _kept_key, solver_arm
 from .implicit import solution_vjp
 from .knots import (_at_knots, _constraint_layout, _constraints, _knot_cost, _knot_quadratic, _knot_value, _rate_cost,
                     _rate_parts, _rate_term, _violation)
@@ -460,15 +459,11 @@ def _compiled(given):
     compiles once, as a user's jit that closes over the problem does; run op by op instead, every
     call traced and compiled its loops again (Puma reach, T = 50: 6.3 s a call after the first
     8.6 s, against 0.03 s after a first call of 5.0 s)."""
-    problem = given.pop("problem")
+    problem_key, params, rebuild = _kept_key(given.pop("problem"))
     settings, arrays = split_settings(given)
-    params_key, params, rebuild = passed_leaves(problem.params)
-    key = ("ddp", by_value(dataclasses.replace(problem, params=None)), params_key, settings, tuple(sorted(arrays)))
-    if not hashable(key):  # (a setting that cannot key a kept program: solved as called)
-        return None
-    solve = eager_compiled(key, lambda: jit(lambda params, arrays: ddp(problem.replace(params=rebuild(params)),
-                                                                        **dict(settings), **arrays)))
-    return solve(params, arrays)
+    key = ("ddp", problem_key, settings, tuple(sorted(arrays)))
+    solve = eager_compiled(key, lambda: jit(lambda params, arrays: ddp(rebuild(params), **dict(settings), **arrays)))
+    return None if solve is None else solve(params, arrays)
 
 
 def default_tol_gap(dtype) -> float:

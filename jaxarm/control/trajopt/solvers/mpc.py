@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import jax.numpy as jnp
 
 from ....core import tracers
-from ....core.xla import by_value, eager_compiled, hashable, jit, passed_leaves, split_settings
+from ....core.xla import eager_compiled, jit, split_settings
 from ...step_jacobians import _step
-from ..ocp import OCP, solver_arm
+from ..ocp import OCP, _kept_key, solver_arm
 from .ddp import OCPResult, ddp
 
 
@@ -72,11 +70,8 @@ def _compiled_step(problem, x, plan, max_iterations, options):
     op by op traced and compiled the solver's loops again (seconds a step). None where a setting
     cannot key a kept program."""
     settings, arrays = split_settings(dict(options, max_iterations=max_iterations))
-    params_key, params, rebuild = passed_leaves(problem.params)
-    key = ("mpc_step", by_value(dataclasses.replace(problem, params=None)), params_key,
-           jax.tree_util.tree_structure(plan), settings, tuple(sorted(arrays)))
-    if not hashable(key):
-        return None
+    problem_key, params, rebuild = _kept_key(problem)
+    key = ("mpc_step", problem_key, jax.tree_util.tree_structure(plan), settings, tuple(sorted(arrays)))
     step = eager_compiled(key, lambda: jit(lambda params, x, plan, arrays: mpc_step(
-        problem.replace(params=rebuild(params)), x, plan, **dict(settings), **arrays)))
-    return step(params, x, plan, arrays)
+        rebuild(params), x, plan, **dict(settings), **arrays)))
+    return None if step is None else step(params, x, plan, arrays)
