@@ -47,8 +47,8 @@ def ur5_urdf():
         import example_robot_data  # noqa: F401
 
         robots = Path(example_robot_data.getModelPath("ur_description/urdf/ur5_robot.urdf")) / "robots"
-    except Exception:
-        robots = robots_folder(VENV / "bin" / "python")
+    except Exception:  # example-robot-data 6 ships its files only (cmeel layout): this environment's, else Crocoddyl's
+        robots = robots_folder(Path(sys.executable)) or robots_folder(VENV / "bin" / "python")
     if robots is None or not (robots / "ur_description/urdf/ur5_robot.urdf").exists():
         return None
     return robots / "ur_description/urdf/ur5_robot.urdf"

@@ -976,6 +976,97 @@ def test_gradients_of_the_solution_match_finite_differences_with_an_active_obsta
     assert np.asarray(grad.upper)[0] < -1.0  # so does the clamped torque limit
 
 
+def test_the_adjoint_systems_riccati_solve_equals_the_dense_kkt_solution():
+    """The implicit gradients' adjoint system, solved knot after knot (a Riccati recursion, the
+    active constraints by Uzawa's iteration), against the same linear-quadratic problem reduced to
+    its inputs and its KKT system solved densely by NumPy: random dynamics, positive definite knot
+    Hessians, an input-rate term, inputs held at their bounds and active constraints on states and
+    inputs. Uzawa's penalty, from recursions, against its definition on the dense matrices."""
+    from jaxarm.control.trajopt.solvers import implicit
+
+    rng = np.random.default_rng(3)
+    T, n, m = 7, 2, 2
+    nx, N = 2 * n, T * n
+    A = np.eye(nx) + 0.3 * rng.normal(size=(T, nx, nx))
+    B = rng.normal(size=(T, nx, n))
+    R = rng.normal(size=(T + 1, 3 * n, 3 * n))
+    Q = R @ np.swapaxes(R, 1, 2) / (3 * n) + 0.1 * np.eye(3 * n)
+    free = np.ones((T, n))
+    free[2, 0] = free[5, 1] = 0.0
+    c_rate = rng.uniform(0.1, 1.0, (T, n))
+    active = np.zeros((T + 1, m), bool)
+    active[[1, 3, 4, T], [0, 1, 0, 1]] = True
+    C = np.where(active[:, :, None], rng.normal(size=(T + 1, m, 3 * n)), 0.0)
+    C[T, :, nx:] = 0.0
+    x_bar, u_bar = rng.normal(size=(T + 1, nx)), rng.normal(size=(T, n))
+    dz, omega = implicit._adjoint_solve(*(jnp.asarray(a) for a in (Q, A, B, C, free, c_rate, active, x_bar, u_bar)))
+
+    # the dense reduction: dz_k = Phi_k v, Phi_k = (S_k, E_k), S_{k+1} = A_k S_k + B_k E_k
+    E = np.concatenate([np.eye(N).reshape(T, n, N), np.zeros((1, n, N))])
+    S = [np.zeros((nx, N))]
+    for k in range(T):
+        S.append(A[k] @ S[k] + B[k] @ E[k])
+    Phi = np.concatenate([np.stack(S), E], axis=1)
+    H = np.einsum("kai,kab,kbj->ij", Phi, Q, Phi)
+    D = np.zeros((N, N))  # the rate term, sum_k c_k (du_k - du_{k-1})^2 / 2 (du_{-1} = 0)
+    for k in range(T):
+        d = np.zeros((n, N))
+        d[:, k * n:(k + 1) * n] = np.eye(n)
+        if k:
+            d[:, (k - 1) * n:k * n] = -np.eye(n)
+        D += d.T @ (c_rate[k][:, None] * d)
+    H = H + D
+    b = np.einsum("kai,ka->i", Phi, np.concatenate([x_bar, np.concatenate([u_bar, np.zeros((1, n))])], axis=1))
+    G = np.einsum("kma,kai->kmi", C, Phi).reshape(-1, N)
+    rows, f = np.flatnonzero(active.reshape(-1)), np.flatnonzero(free.reshape(-1))
+    kkt = np.block([[H[np.ix_(f, f)], G[np.ix_(rows, f)].T], [G[np.ix_(rows, f)], np.zeros((rows.size, rows.size))]])
+    sol = np.linalg.solve(kkt, np.concatenate([b[f], np.zeros(rows.size)]))
+    v = np.zeros(N)
+    v[f] = sol[:f.size]
+    assert_close(np.asarray(dz), np.einsum("kai,i->ka", Phi, v), rtol=1e-9, atol=1e-10)
+    assert_close(np.asarray(omega).reshape(-1)[rows], sol[f.size:], rtol=1e-9, atol=1e-10)
+    assert np.all(np.asarray(omega)[~active] == 0.0) and np.all(np.asarray(dz)[:T, nx:][free == 0] == 0.0)
+    assert np.abs(sol[f.size:]).max() > 0.1  # the constraints matter
+
+    rho = implicit._penalty(*(jnp.asarray(a) for a in (Q, A, B, C, free, c_rate, active)))
+    Gf = np.where(free.reshape(-1)[None, :] > 0, G, 0.0)
+    dense_rho = implicit.PENALTY * np.max(np.where(free.reshape(-1) > 0, np.abs(np.diag(H)), 1.0)) / np.max(np.sum(Gf**2, axis=1))
+    assert float(rho) == pytest.approx(dense_rho, rel=1e-12)
+
+
+def test_a_gradient_with_respect_to_data_the_step_does_not_read_leaves_the_dynamics_out(reach_solutions, monkeypatch):
+    """Differentiating a solution with respect to params (goals, obstacle centres), the start state
+    or the bounds only, the adjoint builds no derivative of the integrator step with respect to the
+    data (the largest part of its program), and gives the same cotangents as the adjoint that
+    differentiates every leaf; with respect to the arm or dt it does build it."""
+    from jaxarm.control.trajopt.solvers import implicit
+
+    arm, problem, goal, res, _, _ = reach_solutions
+    leaves = jax.tree_util.tree_leaves(problem)
+    names = [getattr(path[0], "name", None) for path, _ in jax.tree_util.tree_flatten_with_path(problem)[0]]
+    floats = [jnp.issubdtype(jnp.result_type(a), jnp.inexact) for a in leaves]
+    chosen = [f and name in ("params", "x0", "upper") for f, name in zip(floats, names)]
+    assert any(chosen) and not implicit._dynamics_perturbed(problem, chosen)
+    assert implicit._dynamics_perturbed(problem, [f and name == "dt" for f, name in zip(floats, names)])
+    assert implicit._dynamics_perturbed(problem, [f and name == "arm" for f, name in zip(floats, names)])
+    x_bar = jnp.zeros_like(res.x).at[-1, :2].set(1.0)
+    u_bar = jnp.ones_like(res.u)
+    built = []
+    original = implicit._dynamics_data_vjp
+    monkeypatch.setattr(implicit, "_dynamics_data_vjp", lambda *a: built.append(1) or original(*a))
+
+    def vjp(perturbed):
+        return jax.jit(lambda p: implicit.solution_vjp(p, res.x, res.u, res.multipliers, x_bar, u_bar, perturbed))(problem)
+
+    some, every = vjp(chosen), vjp(None)
+    assert len(built) == 1  # for the adjoint of every leaf only
+    for name, a, b in ((("goal",), some.params["goal"], every.params["goal"]), ("x0", some.x0, every.x0),
+                       ("upper", some.upper, every.upper)):
+        assert_close(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-12, err_msg=str(name))
+    assert np.max(np.abs(np.asarray(every.params["goal"]))) > 1e-3  # not trivial
+    assert float(jnp.max(jnp.abs(some.arm.links.mass))) == 0.0 and float(some.dt) == 0.0  # not computed
+
+
 def test_gradients_of_the_solution_for_chosen_data_with_a_semi_implicit_euler_step(reach_solutions):
     """The same check for a semi-implicit Euler step (its own adjoint) and a gradient taken with
     respect to some of the data only (the goal, dt and the links' masses): the rest of the problem

@@ -277,7 +277,7 @@ def _fd_step(dtype):
     return float(jnp.finfo(dtype).eps) ** (1.0 / 3.0)
 
 
-def _step_second_derivatives(arm, xs, us, dt, method, input):
+def _step_second_derivatives(arm, xs, us, dt, method, input, with_first=False):
     """d[A_k B_k] / dz_k (T, 3n, 2n, 3n) at every knot z_k = (x_k, u_k): entry [k, j] is the
     derivative of the step Jacobian [A_k B_k] (2n, 3n) along z_j, by central differences of the
     analytic step Jacobians (:func:`_step_jacobians`) with the relative step :func:`_fd_step`.
@@ -286,7 +286,11 @@ def _step_second_derivatives(arm, xs, us, dt, method, input):
     second-order term of DDP and of the implicit gradients. Differentiating the integrator step
     twice by automatic differentiation gives the same numbers but compiles for minutes for a
     6-joint arm; this reuses the compiled step Jacobians, batched over the 2 * 3n shifted points
-    of every knot."""
+    of every knot.
+
+    ``with_first``: (A, B, D), the step Jacobians A_k (T, 2n, 2n) and B_k (T, 2n, n) at the knots
+    themselves evaluated in the same batch as the shifted points, so that a program needing both
+    compiles the step Jacobians once (each copy of them is the largest part of such a program)."""
     n = arm.n
     T = xs.shape[0]
     dtype = xs.dtype
@@ -295,6 +299,12 @@ def _step_second_derivatives(arm, xs, us, dt, method, input):
     eye = jnp.eye(3 * n, dtype=dtype)
     shifted = z[None, :, None, :] + jnp.stack([1.0, -1.0]).astype(dtype)[:, None, None, None] * (h[:, :, None] * eye)[None]
     flat = shifted.reshape(-1, 3 * n)  # (2 T 3n, 3n)
+    if with_first:
+        flat = jnp.concatenate([flat, z])
     _, Ap, Bp = _step_jacobians(arm, flat[:, : 2 * n], flat[:, 2 * n:], dt, method, input)
-    J = jnp.concatenate([Ap, Bp], axis=2).reshape(2, T, 3 * n, 2 * n, 3 * n)
-    return (J[0] - J[1]) / (2.0 * h[:, :, None, None])
+    J = jnp.concatenate([Ap, Bp], axis=2)
+    D = J[: 2 * T * 3 * n].reshape(2, T, 3 * n, 2 * n, 3 * n)
+    D = (D[0] - D[1]) / (2.0 * h[:, :, None, None])
+    if with_first:
+        return Ap[2 * T * 3 * n:], Bp[2 * T * 3 * n:], D
+    return D
