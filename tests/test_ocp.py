@@ -791,6 +791,25 @@ def test_a_float32_arm_makes_a_float32_problem_that_converges_with_the_default_t
     assert default_tol_gap(jnp.float64) == 1e-9 and default_tol_gap(jnp.float32) == pytest.approx(1.19e-5, rel=1e-2)
 
 
+def test_a_float32_problems_solution_differentiates_in_float32_to_float64s_gradient(reach_solutions):
+    """jax.grad through ddp on a float32 problem (its weights given in float64): the gradient with
+    respect to a float32 goal is float32 (the reported cost's derivative is taken in the problem's
+    precision; a float64 tangent was a TypeError) and equals float64's to float32's resolution."""
+    arm, _, goal, _, _, _ = reach_solutions
+
+    def gradient(arm, tol):
+        def loss(g):
+            r = trajopt.ddp(trajopt.ocp(arm, Q0, T, DT, costs=reach_costs(arm), params={"goal": g}), tol=tol)
+            return r.cost + jnp.sum(r.u[:, 1])
+        return jaxarm.jit(jax.grad(loss))(goal.astype(arm.links.mass.dtype))
+
+    low, high = gradient(arm.astype(jnp.float32), 1e-6), gradient(arm, 1e-10)
+    assert low.dtype == jnp.float32 and high.dtype == jnp.float64
+    assert np.all(np.isfinite(np.asarray(low)))
+    assert_close(np.asarray(low, float), np.asarray(high), atol=1e-2 * float(jnp.max(jnp.abs(high))))
+    assert float(jnp.max(jnp.abs(high))) > 1.0  # not trivial
+
+
 @pytest.mark.parametrize("method", ["semi_implicit_euler", "rk3"])
 def test_the_reported_accelerations_are_the_forward_dynamics_at_the_knots_and_differentiate_so(method):
     """OCPResult.qdd comes from the solver's rollout; it equals the forward dynamics at every

@@ -862,7 +862,7 @@ def _reported_cost(problem: OCP, x, u, value):
 def _reported_cost_jvp(primals, tangents):
     problem, x, u, value = primals
     _, tangent = jax.jvp(total_cost, (problem, x, u), tangents[:3])
-    return value, tangent
+    return value, tangent.astype(jnp.result_type(value))
 
 
 def _stage_count(problem: OCP) -> int:
@@ -900,4 +900,7 @@ def total_cost(problem: OCP, x, u):
         raise ValueError(f"total_cost: expected x ({T + 1}, {2 * n}) and u ({T}, {n}), got {x.shape} and {u.shape}")
     arm = solver_arm(problem)
     xu = jnp.concatenate([x, jnp.concatenate([u, jnp.zeros((1, n), dtype)])], axis=1)
-    return jnp.sum(_at_knots(problem, lambda skip, xu, k: _knot_cost(problem, arm, xu, k, skip), xu, jnp.arange(T + 1))) + _rate_cost(problem, u)
+    # (in the problem's precision: a term's weights given in float64 under x64 would otherwise lift a
+    # float32 problem's cost to float64)
+    return (jnp.sum(_at_knots(problem, lambda skip, xu, k: _knot_cost(problem, arm, xu, k, skip), xu, jnp.arange(T + 1)))
+            + _rate_cost(problem, u)).astype(dtype)
