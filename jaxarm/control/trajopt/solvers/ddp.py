@@ -862,7 +862,7 @@ def _reported_cost(problem: OCP, x, u, value):
 def _reported_cost_jvp(primals, tangents):
     problem, x, u, value = primals
     _, tangent = jax.jvp(total_cost, (problem, x, u), tangents[:3])
-    return value, tangent.astype(jnp.result_type(value))
+    return value, tangent
 
 
 def _stage_count(problem: OCP) -> int:
