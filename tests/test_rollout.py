@@ -598,3 +598,48 @@ def test_a_schedule_closed_over_inside_jit_is_accepted_and_nan_still_refused():
     bad = u.at[2, 1].set(jnp.nan)
     with pytest.raises(ValueError, match="NaN or inf"):
         jax.jit(lambda q0: jaxarm.rollout(arm, q0, jnp.zeros(2), bad, 1e-3).q[-1])(jnp.zeros(2))
+
+
+def test_the_steps_clip_end_stops_and_divergence_guard_keep_one_array_each_in_reverse_mode(monkeypatch):
+    """The torque clip, the end stops and the divergence guard of a rollout step differentiate by
+    rules of their own (rollouts._saturated, _end_stops, _selected) that keep one array each
+    per step for the reverse pass (the end stops two), where jax's own rules kept nine: the
+    same gradients to the last bit, with inputs beyond the torque limits, one exactly on a limit
+    (a tie, whose derivative jax splits evenly), joints driven into their end stops, and with
+    respect to the limits themselves (where jax's own rules are used)."""
+    from jaxarm.simulate import rollouts
+
+    arm = sim_arm(3)
+    arm = arm.replace(limits=dataclasses.replace(arm.limits, torque=np.array([3.0, 2.0, 1.0]),
+                                                 position=np.array([[-0.3, 0.3]] * 3)))
+    rng = np.random.default_rng(5)
+    T = 40
+    u = jnp.asarray(rng.normal(0.0, 3.0, (T, 3)))
+    u = u.at[3, 1].set(2.0)  # exactly on the limit
+    q0 = jnp.asarray([0.1, -0.2, 0.25])
+
+    def cost(u, q0, limits):
+        a = arm.replace(limits=limits)
+        traj = jaxarm.rollout(a, q0, jnp.zeros(3), u, 0.01, method="rk3", on_divergence="flag")
+        return jnp.sum(traj.q[-1] ** 2) + jnp.sum(jnp.sin(traj.qd[T // 2])), traj.stop_steps
+
+    (_, stops), grads = jax.jit(jax.value_and_grad(cost, argnums=(0, 1, 2), has_aux=True))(u, q0, arm.limits)
+    assert np.all(np.asarray(stops) > 0), stops  # every joint was held by a stop at some step
+
+    def stored(fn):  # the arrays the time loop of a batch of two rollouts stacks for the reverse pass
+        batch = lambda us: jnp.sum(jax.vmap(lambda u: fn(u, q0, arm.limits)[0])(us))  # noqa: E731
+        res = jax.tree_util.tree_leaves(jax.eval_shape(lambda us: jax.vjp(batch, us)[1], jnp.stack([u, -u])))
+        return sum(1 for r in res if r.shape[:1] == (T,))
+
+    ours = stored(cost)
+    monkeypatch.setattr(rollouts, "_saturated", lambda u, lim: jnp.clip(u, -lim, lim))
+    monkeypatch.setattr(rollouts, "_end_stops", rollouts._end_stops_plain)
+    monkeypatch.setattr(rollouts, "_selected", lambda ok, new, old: tuple(jnp.where(ok, a, b) for a, b in zip(new, old)))
+    (_, stops_jax), grads_jax = jax.jit(jax.value_and_grad(cost, argnums=(0, 1, 2), has_aux=True))(u, q0, arm.limits)
+    theirs = stored(cost)
+    np.testing.assert_array_equal(np.asarray(stops), np.asarray(stops_jax))
+    for g, h in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(grads_jax)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(h), rtol=1e-13, atol=1e-15)
+    assert float(jnp.abs(grads[0][3, 1])) > 0  # the tie's half derivative reached the input
+    print(f"stored per step: {ours} with the rules, {theirs} with jax's own")
+    assert ours <= theirs - 3, (ours, theirs)
