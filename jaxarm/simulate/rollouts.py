@@ -77,8 +77,9 @@ def end_stops(q, qd, lower, upper):
 # clip's weight and the reset mask) and one mask for the guard, and give the same derivatives to
 # the last bit, ties (a value exactly on a limit) included; with differentiated limits they fall
 # back on jax's rules. The compiled gradient of 16 rollouts of 1000 RK3 steps writes 15 arrays per
-# step instead of 18 (Puma 560; Panda 26 instead of 29), and ran 4-9 % faster at batch 16 and
-# 2-6 % at 256 (docs/benchmarks.md, "Fewer stored arrays in reverse mode").
+# step instead of 18 (Puma 560; Panda 26 instead of 29); the Puma's ran 7-15 % faster at batch 16,
+# the other cases measured within the machine's noise (docs/benchmarks.md, "Fewer stored arrays in
+# reverse mode").
 
 
 def _end_stops_plain(q, qd, lower, upper):
