@@ -643,3 +643,27 @@ def test_the_steps_clip_end_stops_and_divergence_guard_keep_one_array_each_in_re
     assert float(jnp.abs(grads[0][3, 1])) > 0  # the tie's half derivative reached the input
     print(f"stored per step: {ours} with the rules, {theirs} with jax's own")
     assert ours <= theirs - 3, (ours, theirs)
+
+
+def test_a_voltage_rollouts_clip_at_the_voltage_limits_differentiates_as_jnp_clip(monkeypatch):
+    """Voltage inputs are clipped at the drives' limits by the same rule as torques
+    (rollouts._saturated): the gradient with respect to the voltages, some beyond joint 1's 6 V
+    limit and one exactly on it, equals the one through jnp.clip's own derivative."""
+    from jaxarm.simulate import rollouts
+
+    arm = motor_arm()
+    rng = np.random.default_rng(8)
+    T = 30
+    V = jnp.asarray(rng.uniform(-12.0, 12.0, (T, 3))).at[4, 0].set(6.0)
+
+    def cost(V):
+        traj = jaxarm.rollout(arm, jnp.zeros(3), jnp.zeros(3), V, 0.005, input="voltage", on_divergence="flag")
+        return jnp.sum(traj.q[-1] ** 2) + jnp.sum(traj.qd[-1])
+
+    ours = jax.jit(jax.grad(cost))(V)
+    monkeypatch.setattr(rollouts, "_saturated", lambda u, lim: jnp.clip(u, -lim, lim))
+    theirs = jax.jit(jax.grad(cost))(V)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-13, atol=1e-16)
+    clipped = np.abs(np.asarray(V[:, 0])) > 6.0
+    assert clipped.any() and np.all(np.asarray(ours)[clipped, 0] == 0.0)  # no derivative through the clip
+    assert float(ours[4, 0]) != 0.0  # the tie's half derivative

@@ -70,14 +70,14 @@ def end_stops(q, qd, lower, upper):
 # A rollout's time loop stores, per step, every value its reverse pass reads: the stage points
 # and accelerations (integrators._recomputed), and what the derivatives of the step's piecewise
 # operations read. By jax's own rules those were the weights of jnp.clip's maximum and minimum
-# for the torque clip and for the end stops, the end stops' reset mask, and one mask per array of
-# the divergence guard's where. XLA:CPU writes each stored array into its own (steps, batch, n)
-# buffer, one kernel per step each, so at small batches their number, more than their size,
-# costs. The rules below store one array for the clip (its weight), two for the end stops (the
+# for the input clip (torques, or voltages at the drives' limits) and for the end stops, the end
+# stops' reset mask, and one mask per array of the divergence guard's where. XLA:CPU writes each
+# stored array into its own (steps, batch, n) buffer, one kernel per step each, so at small
+# batches their number, more than their size, costs. The rules below store one array for the clip (its weight), two for the end stops (the
 # clip's weight and the reset mask) and one mask for the guard, and give the same derivatives to
 # the last bit, ties (a value exactly on a limit) included; with differentiated limits they fall
 # back on jax's rules. The compiled gradient of 16 rollouts of 1000 RK3 steps writes 15 arrays per
-# step instead of 18 (Puma 560; Panda 26 instead of 29); the Puma's ran 7-15 % faster at batch 16,
+# step instead of 18 (Puma 560; Panda 26 instead of 29); the Puma's ran 6-15 % faster at batch 16,
 # the other cases measured within the machine's noise (docs/benchmarks.md, "Fewer stored arrays in
 # reverse mode").
 
@@ -472,8 +472,8 @@ def rollout(
         u = jnp.asarray(u, dtype)
         if dac is not None:
             u = dac(u)
-        if input == "voltage":
-            return motors._saturate(arm, u).astype(dtype)
+        if input == "voltage":  # clipped at the drives' voltage limits (motors.saturate_voltage)
+            return _saturated(u, jnp.asarray(arm.drives.voltage_limit, dtype))
         if not saturate:
             return u
         tau_limit = jnp.asarray(arm.limits.torque, dtype)
