@@ -73,13 +73,13 @@ def end_stops(q, qd, lower, upper):
 # for the input clip (torques, or voltages at the drives' limits) and for the end stops, the end
 # stops' reset mask, and one mask per array of the divergence guard's where. XLA:CPU writes each
 # stored array into its own (steps, batch, n) buffer, one kernel per step each, so at small
-# batches their number, more than their size, costs. The rules below store one array for the clip (its weight), two for the end stops (the
-# clip's weight and the reset mask) and one mask for the guard, and give the same derivatives to
-# the last bit, ties (a value exactly on a limit) included; with differentiated limits they fall
-# back on jax's rules. The compiled gradient of 16 rollouts of 1000 RK3 steps writes 15 arrays per
-# step instead of 18 (Puma 560; Panda 26 instead of 29); the Puma's ran 6-15 % faster at batch 16,
-# the other cases measured within the machine's noise (docs/benchmarks.md, "Fewer stored arrays in
-# reverse mode").
+# batches their number, more than their size, costs. The rules below store one array for the
+# clip (its weight), two for the end stops (the clip's weight and the reset mask) and one mask
+# for the guard, and give the same derivatives to the last bit, ties (a value exactly on a limit)
+# included; with differentiated limits they fall back on jax's rules. The compiled gradient of 16
+# rollouts of 1000 RK3 steps writes 15 arrays per step instead of 18 (Puma 560; Panda 26 instead
+# of 29); the Puma's ran 6-15 % faster at batch 16, the other cases measured within the
+# machine's noise (docs/benchmarks.md, "Fewer stored arrays in reverse mode").
 
 
 def _end_stops_plain(q, qd, lower, upper):
@@ -161,7 +161,7 @@ def _saturated(u, limit):
 def _saturated_jvp(primals, tangents):
     u, limit = primals
     tu, tlim = tangents
-    if not _zero(tlim):  # differentiated torque limits: jax's own rules
+    if not _zero(tlim):  # differentiated limits: jax's own rules
         return jax.jvp(lambda u, l: jnp.clip(u, -l, l), primals, tuple(map(_instantiated, primals, tangents)))
     return _saturated(u, limit), _clip_weight(u, -limit, limit) * _instantiated(u, tu)
 
