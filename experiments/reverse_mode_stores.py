@@ -32,8 +32,7 @@ import jaxarm  # noqa: E402
 from jaxarm.simulate import rollouts  # noqa: E402
 
 STEPS, DT = 1000, 1e-3
-JAX_RULES = (lambda u, lim: jnp.clip(u, -lim, lim), rollouts._end_stops_plain,
-             lambda ok, new, old: tuple(jnp.where(ok, a, b) for a, b in zip(new, old)))
+JAX_RULES = (rollouts._saturated_plain, rollouts._end_stops_plain, rollouts._selected_plain)
 
 
 def programs(arm, B, rng):

@@ -633,9 +633,9 @@ def test_the_steps_clip_end_stops_and_divergence_guard_keep_one_array_each_in_re
         return sum(1 for r in res if r.shape[:1] == (T,))
 
     ours = stored(cost)
-    monkeypatch.setattr(rollouts, "_saturated", lambda u, lim: jnp.clip(u, -lim, lim))
+    monkeypatch.setattr(rollouts, "_saturated", rollouts._saturated_plain)
     monkeypatch.setattr(rollouts, "_end_stops", rollouts._end_stops_plain)
-    monkeypatch.setattr(rollouts, "_selected", lambda ok, new, old: tuple(jnp.where(ok, a, b) for a, b in zip(new, old)))
+    monkeypatch.setattr(rollouts, "_selected", rollouts._selected_plain)
     (_, stops_jax), grads_jax = jax.jit(jax.value_and_grad(cost, argnums=(0, 1, 2), has_aux=True))(u, q0, arm.limits)
     theirs = stored(cost)
     np.testing.assert_array_equal(np.asarray(stops), np.asarray(stops_jax))
@@ -662,7 +662,7 @@ def test_a_voltage_rollouts_clip_at_the_voltage_limits_differentiates_as_jnp_cli
         return jnp.sum(traj.q[-1] ** 2) + jnp.sum(traj.qd[-1])
 
     ours = jax.jit(jax.grad(cost))(V)
-    monkeypatch.setattr(rollouts, "_saturated", lambda u, lim: jnp.clip(u, -lim, lim))
+    monkeypatch.setattr(rollouts, "_saturated", rollouts._saturated_plain)
     theirs = jax.jit(jax.grad(cost))(V)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-13, atol=1e-16)
     clipped = np.abs(np.asarray(V[:, 0])) > 6.0

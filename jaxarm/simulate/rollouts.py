@@ -82,11 +82,16 @@ def end_stops(q, qd, lower, upper):
 # machine's noise (docs/benchmarks.md, "Fewer stored arrays in reverse mode").
 
 
+def _velocity_reset(q, qd, lower, upper):
+    """Where an end stop removes the velocity: on the upper stop moving up, or on the lower moving down."""
+    return ((q >= upper) & (qd > 0)) | ((q <= lower) & (qd < 0))
+
+
 def _end_stops_plain(q, qd, lower, upper):
-    above, below = q >= upper, q <= lower
-    q = jnp.clip(q, lower, upper)
-    qd = jnp.where((above & (qd > 0)) | (below & (qd < 0)), jnp.zeros_like(qd), qd)
-    return q, qd, above | below
+    """:func:`end_stops` as jax differentiates it by its own rules."""
+    held = (q >= upper) | (q <= lower)
+    qd = jnp.where(_velocity_reset(q, qd, lower, upper), jnp.zeros_like(qd), qd)
+    return jnp.clip(q, lower, upper), qd, held
 
 
 def _clip_weight(x, lo, hi):
@@ -122,7 +127,7 @@ def _end_stops_jvp(primals, tangents):
     if not (_zero(tlo) and _zero(thi)):  # differentiated limits: jax's own rules
         _, (dq, dqd, _) = jax.jvp(_end_stops_plain, primals, tuple(map(_instantiated, primals, tangents)))
         return out, (dq, dqd, no_tangent)
-    reset = ((q >= upper) & (qd > 0)) | ((q <= lower) & (qd < 0))
+    reset = _velocity_reset(q, qd, lower, upper)
     dq = _clip_weight(q, lower, upper) * _instantiated(q, tq)
     dqd = jax.lax.select(reset, jnp.zeros_like(qd), _instantiated(qd, tqd))
     return out, (dq, dqd, no_tangent)
@@ -131,11 +136,15 @@ def _end_stops_jvp(primals, tangents):
 _end_stops.defjvp(_end_stops_jvp, symbolic_zeros=True)
 
 
+def _selected_plain(ok, new, old):
+    """``where(ok, a, b)`` for each pair of the tuples ``new`` and ``old``, ``ok`` a scalar."""
+    return tuple(jnp.where(ok, a, b) for a, b in zip(new, old))
+
+
 @jax.custom_jvp
 def _selected(ok, new, old):
-    """``where(ok, a, b)`` for each pair of the tuples ``new`` and ``old``, ``ok`` a scalar: in reverse
-    mode one stored mask for all of them."""
-    return tuple(jnp.where(ok, a, b) for a, b in zip(new, old))
+    """:func:`_selected_plain`; in reverse mode one stored mask for all of the pairs."""
+    return _selected_plain(ok, new, old)
 
 
 def _selected_jvp(primals, tangents):
@@ -152,17 +161,21 @@ def _selected_jvp(primals, tangents):
 _selected.defjvp(_selected_jvp, symbolic_zeros=True)
 
 
+def _saturated_plain(u, limit):
+    return jnp.clip(u, -limit, limit)
+
+
 @jax.custom_jvp
 def _saturated(u, limit):
     """``clip(u, -limit, limit)``: in reverse mode one stored array (the clip's weight)."""
-    return jnp.clip(u, -limit, limit)
+    return _saturated_plain(u, limit)
 
 
 def _saturated_jvp(primals, tangents):
     u, limit = primals
     tu, tlim = tangents
     if not _zero(tlim):  # differentiated limits: jax's own rules
-        return jax.jvp(lambda u, l: jnp.clip(u, -l, l), primals, tuple(map(_instantiated, primals, tangents)))
+        return jax.jvp(_saturated_plain, primals, tuple(map(_instantiated, primals, tangents)))
     return _saturated(u, limit), _clip_weight(u, -limit, limit) * _instantiated(u, tu)
 
 
