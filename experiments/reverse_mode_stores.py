@@ -2,7 +2,7 @@
 operations (torque clip, end stops, divergence guard) by jaxarm's rules or by jax's own.
 
 ``jaxarm.rollout`` differentiates the torque clip, the end stops and the divergence guard by rules
-of its own (``jaxarm.simulate.rollouts._saturated``, ``_end_stops``, ``_selected``) that store one
+of its own (``jaxarm.dynamics.algebra.saturated``, ``jaxarm.simulate.rollouts._end_stops``, ``_selected``) that store one
 array each per step (the end stops two) for the reverse pass. This script traces the gradient of
 a batched 1000-step RK3 rollout cost with respect to the torques both ways in one process (jax's
 rules by patching those three functions with their plain forms while tracing), counts the arrays
@@ -29,10 +29,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
+from jaxarm.dynamics import algebra  # noqa: E402
 from jaxarm.simulate import rollouts  # noqa: E402
 
 STEPS, DT = 1000, 1e-3
-JAX_RULES = (rollouts._saturated_plain, rollouts._end_stops_plain, rollouts._selected_plain)
+JAX_RULES = (algebra.saturated_plain, rollouts._end_stops_plain, rollouts._selected_plain)
 
 
 def programs(arm, B, rng):
@@ -46,17 +47,17 @@ def programs(arm, B, rng):
     def cost(u, q0, qd0):
         return jnp.sum(final(q0, qd0, u) ** 2) + 1e-6 * jnp.sum(u**2)
 
-    ours = (rollouts._saturated, rollouts._end_stops, rollouts._selected)
+    ours = (algebra.saturated, rollouts._end_stops, rollouts._selected)
     compiled = {}
     for variant, rules in (("jax_rules", JAX_RULES), ("jaxarm_rules", ours)):
-        rollouts._saturated, rollouts._end_stops, rollouts._selected = rules
+        algebra.saturated, rollouts._end_stops, rollouts._selected = rules
         try:
             for name, fn in (("forward", cost), ("gradient", jax.grad(cost))):
                 t0 = time.perf_counter()
                 compiled[variant, name] = jax.jit(fn, compiler_options=jaxarm.compiler_options()).lower(tau, q0, qd0).compile()
                 compiled[variant, name + "_compile_s"] = time.perf_counter() - t0
         finally:
-            rollouts._saturated, rollouts._end_stops, rollouts._selected = ours
+            algebra.saturated, rollouts._end_stops, rollouts._selected = ours
     return compiled, (tau, q0, qd0)
 
 

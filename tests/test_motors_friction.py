@@ -87,6 +87,40 @@ def test_voltage_saturates_at_the_limit():
     np.testing.assert_array_equal(jaxarm.motor_torque(arm, inside, qd), jaxarm.motor_torque(arm, inside, qd, saturate=False))
 
 
+def test_the_voltage_clip_differentiates_and_promotes_as_jnp_clip():
+    """motor_torque and saturate_voltage clip by jaxarm.dynamics.algebra.saturated, the rollouts'
+    input clip: the same values, dtypes and derivatives as jnp.clip's (a voltage exactly on a
+    limit, whose derivative jnp.clip splits evenly, included; the limits themselves differentiated
+    too), and float32 voltages with a float64 arm give float64 as jnp.clip's promotion does."""
+    import jax.numpy as jnp
+
+    arm = jaxarm.make_arm("RRR", gear_ratio=[10.0, -5.0, 3.0], torque_constant=0.1, resistance=2.0,
+                          voltage_limit=[24.0, 12.0, 6.0])
+    qd = np.array([0.4, -1.0, 0.2])
+    V = np.array([30.0, 12.0, -2.0])  # beyond, exactly on, inside the limit
+
+    def by_jnp_clip(arm, V):
+        lim = jnp.asarray(arm.drives.voltage_limit)
+        return jaxarm.motor_torque(arm, jnp.clip(V, -lim, lim), qd, saturate=False)
+
+    def cost(f):
+        return lambda arm, V: jnp.sum(jnp.sin(f(arm, V)))
+
+    ours = jax.grad(cost(lambda arm, V: jaxarm.motor_torque(arm, V, qd)), argnums=(0, 1))(arm, V)
+    theirs = jax.grad(cost(by_jnp_clip), argnums=(0, 1))(arm, V)
+    np.testing.assert_array_equal(np.asarray(ours[1]), np.asarray(theirs[1]))
+    assert ours[1][0] == 0.0 and ours[1][1] != 0.0 and ours[1][2] != 0.0  # clipped, the tie's half, inside
+    np.testing.assert_array_equal(np.asarray(ours[0].drives.voltage_limit), np.asarray(theirs[0].drives.voltage_limit))
+    assert ours[0].drives.voltage_limit[0] != 0.0  # the limit is what moves a clipped voltage
+    grad_v = jax.grad(lambda V: jnp.sum(jaxarm.saturate_voltage(arm, V) ** 2))(V)
+    np.testing.assert_array_equal(np.asarray(grad_v), [0.0, 12.0, -4.0])
+    lim = jnp.asarray(arm.drives.voltage_limit)
+    V32 = V.astype(np.float32)
+    assert jaxarm.saturate_voltage(arm, V32).dtype == jnp.clip(jnp.asarray(V32), -lim, lim).dtype == np.float64
+    assert jaxarm.motor_torque(arm, V32, qd).dtype == np.float64
+    assert jaxarm.saturate_voltage(arm.astype(np.float32), V32).dtype == np.float32
+
+
 @pytest.mark.parametrize("func", ["motor_torque", "motor_voltage", "motor_current"])
 @pytest.mark.parametrize("kt, r", [(0.0, 1.0), (0.1, 0.0), (0.0, 0.0)])
 def test_missing_motor_model_is_a_clear_error(func, kt, r):

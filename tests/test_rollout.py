@@ -602,12 +602,13 @@ def test_a_schedule_closed_over_inside_jit_is_accepted_and_nan_still_refused():
 
 def test_the_steps_clip_end_stops_and_divergence_guard_keep_one_array_each_in_reverse_mode(monkeypatch):
     """The torque clip, the end stops and the divergence guard of a rollout step differentiate by
-    rules of their own (rollouts._saturated, _end_stops, _selected) that keep one array each
+    rules of their own (algebra.saturated, rollouts._end_stops, _selected) that keep one array each
     per step for the reverse pass (the end stops two), fewer than jax's own rules keep (13
     against 16 per step for a batch of two): the same gradients, with inputs beyond the torque
     limits, one exactly on a limit (a tie, whose derivative jax splits evenly), joints driven
     into their end stops, and with respect to the limits themselves (where jax's own rules are
     used)."""
+    from jaxarm.dynamics import algebra
     from jaxarm.simulate import rollouts
 
     arm = sim_arm(3)
@@ -633,7 +634,7 @@ def test_the_steps_clip_end_stops_and_divergence_guard_keep_one_array_each_in_re
         return sum(1 for r in res if r.shape[:1] == (T,))
 
     ours = stored(cost)
-    monkeypatch.setattr(rollouts, "_saturated", rollouts._saturated_plain)
+    monkeypatch.setattr(algebra, "saturated", algebra.saturated_plain)
     monkeypatch.setattr(rollouts, "_end_stops", rollouts._end_stops_plain)
     monkeypatch.setattr(rollouts, "_selected", rollouts._selected_plain)
     (_, stops_jax), grads_jax = jax.jit(jax.value_and_grad(cost, argnums=(0, 1, 2), has_aux=True))(u, q0, arm.limits)
@@ -648,9 +649,9 @@ def test_the_steps_clip_end_stops_and_divergence_guard_keep_one_array_each_in_re
 
 def test_a_voltage_rollouts_clip_at_the_voltage_limits_differentiates_as_jnp_clip(monkeypatch):
     """Voltage inputs are clipped at the drives' limits by the same rule as torques
-    (rollouts._saturated): the gradient with respect to the voltages, some beyond joint 1's 6 V
+    (jaxarm.dynamics.algebra.saturated): the gradient with respect to the voltages, some beyond joint 1's 6 V
     limit and one exactly on it, equals the one through jnp.clip's own derivative."""
-    from jaxarm.simulate import rollouts
+    from jaxarm.dynamics import algebra
 
     arm = motor_arm()
     rng = np.random.default_rng(8)
@@ -662,7 +663,7 @@ def test_a_voltage_rollouts_clip_at_the_voltage_limits_differentiates_as_jnp_cli
         return jnp.sum(traj.q[-1] ** 2) + jnp.sum(traj.qd[-1])
 
     ours = jax.jit(jax.grad(cost))(V)
-    monkeypatch.setattr(rollouts, "_saturated", rollouts._saturated_plain)
+    monkeypatch.setattr(algebra, "saturated", algebra.saturated_plain)
     theirs = jax.jit(jax.grad(cost))(V)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-13, atol=1e-16)
     clipped = np.abs(np.asarray(V[:, 0])) > 6.0

@@ -843,3 +843,60 @@ def stored_after(x, witness):
     if x.size == 0 or witness.size == 0:
         return x
     return _stored_after_p.bind(x, witness)
+
+
+# --------------------------------------------------------------------------------------
+# clips that store one array in reverse mode
+# jax differentiates jnp.clip as minimum(maximum(x, lo), hi) and keeps, for the reverse pass, the
+# weights of the maximum and of the minimum apart. Inside a rollout's time loop XLA:CPU writes
+# each stored array into its own (steps, batch, n) buffer, one kernel per step, so at small
+# batches their number costs more than their size. The rule below keeps one weight and gives
+# jax's derivative to the last bit, ties (a value exactly on a limit) included.
+
+
+def is_symbolic_zero(t) -> bool:
+    """Whether a custom JVP rule defined with ``symbolic_zeros=True`` got no tangent here."""
+    return isinstance(t, jax.custom_derivatives.SymbolicZero)
+
+
+def instantiated(primal, tangent):
+    """The tangent as an array: zeros of the primal's shape and dtype for a symbolic zero."""
+    return jnp.zeros_like(primal) if is_symbolic_zero(tangent) else tangent
+
+
+def clip_weight(x, lo, hi):
+    """d clip(x, lo, hi) / dx exactly as jax differentiates ``jnp.clip`` (``minimum(maximum(x, lo),
+    hi)``, whose derivative splits a tie evenly): 1 inside, 0 outside, 1/2 where x equals a bound.
+    ``lo`` and ``hi`` broadcast against x's trailing axes."""
+    lo, hi = (lax.broadcast_in_dim(jnp.asarray(b, x.dtype), x.shape, tuple(range(x.ndim - jnp.ndim(b), x.ndim)))
+              for b in (lo, hi))
+    one, half, zero = (jnp.full(x.shape, v, x.dtype) for v in (1.0, 0.5, 0.0))
+    m = lax.max(x, lo)
+    w_lo = lax.select(lax.gt(x, lo), one, lax.select(lax.eq(x, lo), half, zero))
+    w_hi = lax.select(lax.lt(m, hi), one, lax.select(lax.eq(m, hi), half, zero))
+    return lax.mul(w_lo, w_hi)
+
+
+def saturated_plain(u, limit):
+    """``clip(u, -limit, limit)`` as jax differentiates it by its own rules."""
+    return jnp.clip(u, -limit, limit)
+
+
+@jax.custom_jvp
+def saturated(u, limit):
+    """``clip(u, -limit, limit)`` for u and limit of one dtype, limit broadcasting against u's
+    trailing axes: the input clip of the drives (joint torques at their limits, motor voltages at
+    the drives' voltage limits). In reverse mode one stored array (the clip's weight); where the
+    limit itself is differentiated, jax's own rules."""
+    return saturated_plain(u, limit)
+
+
+def _saturated_jvp(primals, tangents):
+    u, limit = primals
+    tu, tlim = tangents
+    if not is_symbolic_zero(tlim):  # differentiated limits: jax's own rules
+        return jax.jvp(saturated_plain, primals, tuple(map(instantiated, primals, tangents)))
+    return saturated(u, limit), clip_weight(u, -limit, limit) * instantiated(u, tu)
+
+
+saturated.defjvp(_saturated_jvp, symbolic_zeros=True)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model import checks
+from . import algebra
 from ..model.arm import Arm
 
 
@@ -40,8 +41,13 @@ def saturate_voltage(arm: Arm, V):
 
 
 def _saturate(arm: Arm, V):
+    """V clipped at +/- the drives' voltage limits, in the dtype jnp.clip would give; the clip
+    differentiates by :func:`jaxarm.dynamics.algebra.saturated` (one stored array in reverse mode)."""
     lim = jnp.asarray(arm.drives.voltage_limit)
-    return jnp.clip(V, -lim, lim)
+    V = jnp.asarray(V)
+    dtype = jnp.result_type(V, lim)
+    V = jnp.broadcast_to(V.astype(dtype), jnp.broadcast_shapes(V.shape, lim.shape))
+    return algebra.saturated(V, lim.astype(dtype))
 
 
 def motor_torque(arm: Arm, V, qd, *, saturate: bool = True):
