@@ -103,6 +103,7 @@ import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
 from jaxarm.identify import linear_model as identification  # noqa: E402
+from jaxarm.core import xla as jaxarm_xla  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BASELINE = os.path.join(HERE, "baseline.json")
@@ -195,6 +196,7 @@ def machine():
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
         "compiler_options": "plain jax.jit" if PLAIN_JIT else jaxarm.compiler_options(),
+        "loop_kernels": "plain jax.jit" if PLAIN_JIT else jaxarm_xla.loop_kernels_status(),
     }
 
 
@@ -293,13 +295,16 @@ def compile_timed(fn, *args):
     """(compiled, {"value": wall seconds, "cpu_seconds": process CPU seconds}) of jit + lower + compile.
 
     The CPU time is the better number on a loaded machine (XLA compiles mostly on one thread).
-    Compiled with ``jaxarm.compiler_options()``, the options jaxarm's own jits use, unless
-    ``--plain-jit`` (then as a user's plain ``jax.jit`` compiles it).
+    Compiled as ``jaxarm.jit`` compiles (``jaxarm.compiler_options()``, small loops as single
+    kernels: ``jaxarm.core.xla.loop_kernels``), unless ``--plain-jit`` (then as a user's plain
+    ``jax.jit`` compiles it).
     """
     c0, t0 = time.process_time(), time.perf_counter()
     # jaxarm's recommended XLA options (on CPU: YNNPACK fusions and fusion emitters off, see jaxarm.core.xla)
     options = None if PLAIN_JIT else (jaxarm.compiler_options() or None)
-    compiled = jax.jit(fn).lower(*args).compile(compiler_options=options)
+    lowered = jax.jit(fn).lower(*args)
+    with contextlib.nullcontext() if PLAIN_JIT else jaxarm_xla.loop_kernels():
+        compiled = lowered.compile(compiler_options=options)
     return compiled, {"value": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
 

@@ -338,3 +338,79 @@ def test_runge_kutta_stage_loop_computes_the_dynamics_once_per_stage():
         for options in ({}, _xla.compiler_options()):
             text = jax.jit(loop, compiler_options=options).lower(q, qd).compile().as_text()
             assert text.count(" sine(") == 60, text.count(" sine(")  # the dynamics once, in the stage loop's body
+
+
+# --------------------------------------------------------------------------------------
+# Whole loops as single kernels (jaxarm.core.xla.loop_kernels)
+
+
+def _loop_program(scale):
+    """A 200-iteration loop over 20000 numbers (160 kB: above XLA's default threshold of 1 kB,
+    below LOOP_KERNEL_BYTES), a new function each call so that no compiled program is reused."""
+    return jax.jit(lambda x: jax.lax.fori_loop(0, 200, lambda i, x: jnp.sin(x) * scale + 0.1, x))
+
+
+def _single_kernel_loops(compiled) -> int:
+    return compiled.as_text().count('xla_cpu_small_call="true"')
+
+
+def test_loop_kernels_compile_a_small_loop_as_one_kernel_and_nothing_else():
+    """Inside loop_kernels() the loop compiles as one kernel (a call XLA tags xla_cpu_small_call)
+    with the same result; outside it, at threshold 0, below the loop's size, and on another
+    thread while this one is inside it, it compiles as XLA's default does."""
+    import threading
+
+    if jax.default_backend() != "cpu":
+        assert _xla.loop_kernels_status()["loop_kernel_bytes"] is None
+        return
+    assert _xla.loop_kernels_status() == {"loop_kernel_bytes": _xla.LOOP_KERNEL_BYTES}
+    x = jnp.linspace(0.0, 1.0, 20000)
+    plain = _loop_program(1.01).lower(x).compile()
+    with _xla.loop_kernels():
+        one = _loop_program(1.01).lower(x).compile()
+        other = {}
+        worker = threading.Thread(target=lambda: other.setdefault("c", _loop_program(1.01).lower(x).compile()))
+        worker.start()
+        worker.join()
+    with _xla.loop_kernels(0):
+        off = _loop_program(1.01).lower(x).compile()
+    with _xla.loop_kernels(1000):  # smaller than the loop's buffers
+        small = _loop_program(1.01).lower(x).compile()
+    assert _single_kernel_loops(one) == 1
+    assert [_single_kernel_loops(c) for c in (plain, other["c"], off, small)] == [0, 0, 0, 0]
+    np.testing.assert_array_equal(np.asarray(one(x)), np.asarray(plain(x)))
+    assert getattr(_xla._extra, "options", None) is None  # nothing left behind
+
+
+def test_jaxarm_jit_compiles_inside_loop_kernels_and_a_nested_call_adds_nothing():
+    seen = []
+
+    def f(x):
+        seen.append(dict(getattr(_xla._extra, "options", None) or {}))
+        return jax.lax.fori_loop(0, 50, lambda i, x: jnp.cos(x), x)
+
+    jitted = _xla.jit(f)
+    y = jitted(jnp.ones(3000))
+    expected = {"xla_cpu_small_while_loop_byte_threshold": _xla.LOOP_KERNEL_BYTES} if jax.default_backend() == "cpu" else {}
+    assert seen == [expected]
+    np.testing.assert_allclose(np.asarray(y), np.asarray(jax.jit(f)(jnp.ones(3000))), rtol=0, atol=0)
+    with _xla.loop_kernels(0):  # inside a user's jit, the user's compile (and its setting) applies
+        jax.jit(lambda x: jitted(x) + 1.0)(jnp.ones(2000))
+    assert len(seen) == 2 and seen[-1] == ({"xla_cpu_small_while_loop_byte_threshold": 0} if jax.default_backend() == "cpu" else {})
+
+
+def test_backend_options_are_added_to_the_serialized_compile_options():
+    from jax._src.lib import xla_client
+
+    base = xla_client.CompileOptions()
+    base.num_partitions = 3
+    base.executable_build_options.debug_options.xla_llvm_disable_expensive_passes = True
+    added = _xla.with_backend_options(base, {"xla_cpu_small_while_loop_byte_threshold": 12345})
+    blob = added.SerializeAsString()
+    assert b"xla_cpu_small_while_loop_byte_threshold" in blob and b"12345" in blob
+    assert b"xla_cpu_small_while_loop_byte_threshold" not in base.SerializeAsString()
+    assert added.num_partitions == 3  # the rest kept
+    assert added.executable_build_options.debug_options.xla_llvm_disable_expensive_passes is True
+    with np.testing.assert_raises(ValueError):
+        with _xla.loop_kernels(-1):
+            pass
