@@ -19,8 +19,8 @@ CPU default backend only, and ``{}`` elsewhere (GPU, TPU). Nothing is set global
 --xla_cpu_use_fusion_emitters=false"`` themselves, or jit with :func:`jit`).
 
 :func:`jit` also compiles small while loops into single kernels (:func:`loop_kernels`, one of
-XLA's backend options, which ``compiler_options`` cannot carry): at batches up to about 64,
-1000-step RK3 rollouts ran 1.3-2.4x faster and their gradients 1.2-3.3x faster
+XLA's backend options, which ``compiler_options`` cannot carry): at batches up to 64, 1000-step
+RK3 rollouts ran 1.1-2.3x faster and their gradients 1.1-3.3x faster
 (``experiments/loop_kernels.py``).
 """
 
@@ -80,12 +80,13 @@ def compiler_options() -> dict:
 # kernels per step). XLA's small-while-loop pass (``SmallWhileLoopHoistingPass``) compiles a while
 # loop whose body reads and writes less than ``xla_cpu_small_while_loop_byte_threshold`` bytes
 # per iteration into one kernel instead, the loop's control flow inside it; the threshold is 1 kB
-# unless set, so no loop of a rollout qualifies. One kernel runs on one core, so the pass only pays where the loop's arrays
-# are small (docs/benchmarks.md, "Whole loops as single kernels"). The threshold is one of
-# XLA's backend options, a map that ``jax.jit``'s ``compiler_options`` cannot set; jaxarm puts it
-# into the compile options of its own compiles only (:func:`loop_kernels`), and nothing is set
-# globally: a user's own ``jax.jit`` gets it with ``XLA_FLAGS=--xla_backend_extra_options=
-# xla_cpu_small_while_loop_byte_threshold=N``.
+# unless set, so no loop of a rollout qualifies. One kernel runs on one core, so the pass only
+# pays where the loop's arrays are small (docs/benchmarks.md, "Whole loops as single kernels").
+# The threshold is one of XLA's backend options, a map that ``jax.jit``'s ``compiler_options``
+# cannot set; jaxarm puts it into the compile options of its own compiles only
+# (:func:`loop_kernels`), and nothing is set globally: a user's own ``jax.jit`` gets it with
+# ``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=N``.
+
 
 def _loop_kernel_bytes():
     """$JAXARM_LOOP_KERNEL_BYTES as a byte count; unset: 512 kB; "off" (or 0): None, XLA's own."""
@@ -194,6 +195,14 @@ def loop_kernels(threshold: int | None = None):
         _extra.options = previous
 
 
+def _jit_backend_options():
+    """The backend options :func:`jit` compiles with (those of :func:`loop_kernels` at its default),
+    or None."""
+    if LOOP_KERNEL_BYTES is None or jax.default_backend() != "cpu" or not _install_backend_options():
+        return None
+    return {_LOOP_OPTION: LOOP_KERNEL_BYTES}
+
+
 def loop_kernels_status() -> dict:
     """What :func:`jit` does with loops on this machine: the threshold in bytes, or why it is not
     applied (not a CPU; this jax's compile options could not carry it)."""
@@ -222,10 +231,15 @@ def jit(fun=None, **kwargs):
         if key not in compiled:
             options = {} if nested else {"compiler_options": compiler_options()}
             compiled[key] = jax.jit(fun, **options, **kwargs)
-        if nested:
+        extra = None if nested else _jit_backend_options()
+        if not extra:
             return compiled[key](*args, **kw)
-        with loop_kernels():  # (compiles only at a new signature; otherwise sets a thread-local)
+        previous = getattr(_extra, "options", None)  # (loop_kernels(), without a generator per call)
+        _extra.options = extra
+        try:
             return compiled[key](*args, **kw)
+        finally:
+            _extra.options = previous
 
     return wrapper
 
@@ -290,7 +304,6 @@ def passed_leaves(tree):
         return jax.tree_util.tree_unflatten(structure, [next(it) if p else a for a, p in zip(leaves, passed)])
 
     return (structure, kept), [a for a, p in zip(leaves, passed) if p], rebuild
-
 
 
 def enable_compilation_cache(path=None, *, min_compile_time: float = 0.5):
