@@ -5,8 +5,8 @@ small-while-loop pass at its default threshold (1 kB: no loop of a rollout quali
 For each arm and batch: the rollout's final joint angles and the gradient of a rollout cost (the
 sum of their squares) with respect to the torques, each compiled both ways (``jax.jit(...)
 .lower(...).compile(compiler_options=jaxarm.compiler_options())``, inside
-``jaxarm.core.xla.loop_kernels(threshold)`` or not), checked equal to the last bit, and timed
-alternately. One JSON line per arm, batch, program and variant: best and median of ``--repeats``
+``jaxarm.core.xla.loop_kernels(threshold)`` or not), compared (a line gives the largest
+difference where the results are not equal to the last bit), and timed alternately. One JSON line per arm, batch, program and variant: best and median of ``--repeats``
 calls, the compile time, and how many while loops were compiled as single kernels (calls tagged
 ``xla_cpu_small_call`` in the compiled HLO).
 
@@ -86,7 +86,7 @@ def main(argv=None):
                     if reference is None:
                         reference = out
                     elif not np.array_equal(out, reference):
-                        print(json.dumps({"arm": name, "batch": B, "quantity": kind, "threshold": t, "warning": "results differ",
+                        print(json.dumps({"arm": name, "batch": B, "quantity": kind, "threshold": t, "note": "results differ",
                                           "max_abs_diff": float(np.max(np.abs(out - reference)))}), flush=True)
             for _ in range(args.repeats):  # alternately, so that the machine's slow episodes hit every variant
                 for entry in runs.values():
