@@ -418,3 +418,25 @@ def test_backend_options_are_added_to_the_serialized_compile_options():
     with np.testing.assert_raises(ValueError):
         with _xla.loop_kernels(-1):
             pass
+
+
+def test_a_compile_options_failure_compiles_without_the_option_and_says_why(monkeypatch):
+    """Where the option cannot be added to a compile's options (a jaxlib whose CompileOptions
+    serialize differently), the compile goes on without it and loop_kernels_status() says why."""
+    if jax.default_backend() != "cpu" or _xla.LOOP_KERNEL_BYTES is None:
+        pytest.skip("loop kernels apply on a CPU only")
+    assert _xla._install_backend_options()
+
+    def broken(options, extra):
+        raise RuntimeError("no such field")
+
+    monkeypatch.setattr(_xla, "with_backend_options", broken)
+    monkeypatch.setitem(_xla._patch, "error", None)
+    x = jnp.linspace(0.0, 1.0, 20000)
+    with _xla.loop_kernels():
+        compiled = _loop_program(1.03).lower(x).compile()
+    assert _single_kernel_loops(compiled) == 0
+    np.testing.assert_array_equal(np.asarray(compiled(x)), np.asarray(_loop_program(1.03)(x)))
+    assert _xla.loop_kernels_status() == {"loop_kernel_bytes": None, "reason": "RuntimeError: no such field"}
+    monkeypatch.setitem(_xla._patch, "error", None)
+    assert _xla.loop_kernels_status() == {"loop_kernel_bytes": _xla.LOOP_KERNEL_BYTES}

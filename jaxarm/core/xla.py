@@ -163,7 +163,13 @@ def _install_backend_options() -> bool:
         def get_compile_options(*args, **kwargs):
             options = original(*args, **kwargs)
             extra = getattr(_extra, "options", None)
-            return with_backend_options(options, extra) if extra else options
+            if not extra or _patch["error"]:
+                return options
+            try:
+                return with_backend_options(options, extra)
+            except Exception as error:  # never fail a compile for a speed option: compile without it
+                _patch["error"] = f"{type(error).__name__}: {error}"
+                return options
 
         compiler.get_compile_options = get_compile_options
     except Exception as error:  # a jax whose internals differ: compile as before
@@ -210,7 +216,7 @@ def loop_kernels_status() -> dict:
         return {"loop_kernel_bytes": None, "reason": f"default backend {jax.default_backend()!r}, not a CPU"}
     if LOOP_KERNEL_BYTES is None:
         return {"loop_kernel_bytes": None, "reason": "JAXARM_LOOP_KERNEL_BYTES is off: XLA's own threshold (1 kB)"}
-    if not _install_backend_options():
+    if not _install_backend_options() or _patch["error"]:
         return {"loop_kernel_bytes": None, "reason": _patch["error"]}
     return {"loop_kernel_bytes": LOOP_KERNEL_BYTES}
 
