@@ -102,8 +102,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
-from jaxarm.identify import linear_model as identification  # noqa: E402
 from jaxarm.core import xla as jaxarm_xla  # noqa: E402
+from jaxarm.identify import linear_model as identification  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BASELINE = os.path.join(HERE, "baseline.json")

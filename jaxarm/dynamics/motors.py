@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model import checks
-from . import algebra
 from ..model.arm import Arm
+from . import algebra
 
 
 def _require_motor_model(arm: Arm, func: str) -> None:
