@@ -190,23 +190,24 @@ def loop_kernels(threshold: int | None = None):
     threshold = LOOP_KERNEL_BYTES if threshold is None else int(threshold)
     if threshold is not None and threshold < 0:
         raise ValueError(f"loop_kernels: threshold: expected a byte count >= 0, got {threshold}")
-    if threshold is None or jax.default_backend() != "cpu" or not _install_backend_options():
+    extra = _backend_options(threshold, jax.default_backend())
+    if not extra:
         yield
         return
     previous = getattr(_extra, "options", None)
-    _extra.options = {**(previous or {}), _LOOP_OPTION: threshold}
+    _extra.options = {**(previous or {}), **extra}
     try:
         yield
     finally:
         _extra.options = previous
 
 
-def _jit_backend_options():
-    """The backend options :func:`jit` compiles with (those of :func:`loop_kernels` at its default),
-    or None."""
-    if LOOP_KERNEL_BYTES is None or jax.default_backend() != "cpu" or not _install_backend_options():
+def _backend_options(threshold, platform):
+    """The backend options of compiles for ``platform`` with a loop-kernel ``threshold`` (None:
+    XLA's own), or None where there are none to add (not a CPU; this jax cannot carry them)."""
+    if threshold is None or platform != "cpu" or not _install_backend_options():
         return None
-    return {_LOOP_OPTION: LOOP_KERNEL_BYTES}
+    return {_LOOP_OPTION: threshold}
 
 
 def loop_kernels_status() -> dict:
@@ -237,7 +238,7 @@ def jit(fun=None, **kwargs):
         if key not in compiled:
             options = {} if nested else {"compiler_options": compiler_options()}
             compiled[key] = jax.jit(fun, **options, **kwargs)
-        extra = None if nested else _jit_backend_options()
+        extra = None if nested else _backend_options(LOOP_KERNEL_BYTES, key[0])
         if not extra:
             return compiled[key](*args, **kw)
         previous = getattr(_extra, "options", None)  # (loop_kernels(), without a generator per call)
