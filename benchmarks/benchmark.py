@@ -66,9 +66,13 @@ time / baseline time for times and the gradient ratio. Machines differ (the base
 an idle 2-core machine; a laptop, CI box or a loaded machine is uniformly faster or slower), and
 load scales jaxarm and its peers alike, so where a peer did the same work in the same run the
 decision uses the *ratio* jaxarm / peer (Pinocchio for the dynamics, MuJoCo for rollouts), which is
-nearly machine-independent; the absolute slowdown is printed beside it. Quantities without a peer
-(compile, latency, gradient) are compared in absolute terms, so on a different machine read those
-flags with care (the machine descriptions of both runs are printed). Timings never fail the run
+nearly machine-independent; the absolute slowdown is printed beside it. Times without a peer
+(compile times, single-call latency) are divided by the machine's own slowdown, measured in the
+same run by two fixed reference workloads (``quantity="reference"``): a pure-Python loop for
+latency (single-threaded interpreter and dispatch speed) and the compile of a fixed small jax
+program for compile times. A machine running 2x slower than on the baseline's day (a busy host,
+a slower CPU) then flags only what got slower beyond that; both slowdowns are printed. The gradient
+rows are ratios to their own forward pass and are compared as they are. Timings never fail the run
 unless ``--strict`` is given (exit status 3 on a regression).
 
 Timing. A compiled call is run once to warm up, then repeatedly until ``--min-time`` seconds are
@@ -227,6 +231,49 @@ class Recorder:
         emit(row)
         self.rows.append(row)
         return row
+
+
+# the machine's speed, for times that have no same-run peer: a fixed pure-Python loop
+# (latency: interpreter and dispatch) and the trace and compile of a fixed small jax program
+# (compile times); best of REFERENCE_REPEATS, in seconds
+REFERENCE_REPEATS = 7
+REFERENCE_FOR = {"latency": "python", "compile": "compile"}
+
+
+def _python_reference():
+    total, table = 0, {}
+    for i in range(300_000):
+        total += i * i % 7
+        table[i & 1023] = total
+    return total
+
+
+def _compile_reference():
+    import functools
+
+    # a new function object per call: traced, lowered and compiled afresh (no cache answers it)
+    fn = jax.jit(lambda x: functools.reduce(lambda a, i: jnp.sin(a) * 1.0001 + jnp.cos(a * i), range(150), x))
+    return fn.lower(jnp.zeros(16, jnp.float32)).compile()
+
+
+def bench_reference(rec):
+    """The two reference rows the regression check scales peerless times by."""
+    for entry, work in (("python", _python_reference), ("compile", _compile_reference)):
+        times = []
+        for _ in range(REFERENCE_REPEATS):
+            t0 = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - t0)
+        rec.add("machine", "float64", "reference", f"python {platform.python_version()}", 1, min(times), "s", entry=entry,
+                call="a fixed pure-Python loop" if entry == "python" else "jax.jit(...).lower(...).compile() of a fixed 450-op program")
+
+
+def machine_reference(row, rows):
+    """The same-run reference row a peerless time is scaled by (None if there is none)."""
+    entry = REFERENCE_FOR.get(row["quantity"])
+    if entry is None or row["unit"] != "s" or library(row) != "jaxarm":
+        return None
+    return next((r for r in rows if r["quantity"] == "reference" and r.get("entry") == entry), None)
 
 
 def library(row):
@@ -915,10 +962,15 @@ def compare(rows, baseline, threshold):
         relative = None
         if ref is not None and bref is not None:
             relative = (b["value"] / bref["value"]) / (row["value"] / ref["value"])
-        decisive = relative if relative is not None else absolute
+        # a time without a peer: scaled by how much slower the machine ran its reference workload
+        mref, bmref = machine_reference(row, rows), machine_reference(b, baseline["rows"])
+        machine_slowdown = mref["value"] / bmref["value"] if relative is None and mref is not None and bmref is not None else None
+        vs_machine = absolute / machine_slowdown if machine_slowdown is not None else None
+        decisive = relative if relative is not None else vs_machine if vs_machine is not None else absolute
         out.append(dict(
             compare={f: row.get(f) for f in ("arm", "dtype", "quantity", "implementation", "batch", "entry", "steps") if row.get(f) is not None},
             baseline=b["value"], value=row["value"], unit=row["unit"], slowdown=absolute, slowdown_vs_peer=relative,
+            machine_slowdown=machine_slowdown, slowdown_vs_machine=vs_machine,
             status="REGRESSION" if decisive > 1 + threshold else "ok",
         ))
     return out
@@ -1017,6 +1069,8 @@ def main(argv=None):
             emit({"peer": peer, "status": "absent", "reason": str(e)})
             say(f"{peer}: absent ({e})")
     started = time.perf_counter()
+    if cfg.baseline != "none" or cfg.record:
+        bench_reference(rec)
     for name in cfg.arms:
         arm = benchmark_arm(name)
         for dname in cfg.dtypes:
@@ -1079,6 +1133,8 @@ def main(argv=None):
                 emit(c)
                 k = c["compare"]
                 rel = "" if c["slowdown_vs_peer"] is None else f", vs peer {c['slowdown_vs_peer']:.2f}x"
+                if c["slowdown_vs_machine"] is not None:
+                    rel += f", {c['slowdown_vs_machine']:.2f}x on a machine {c['machine_slowdown']:.2f}x slower"
                 text = (f"{k['arm']} {k['dtype']} {k['quantity']} {k.get('entry', '')} {k['implementation']} batch {k['batch']}: "
                         f"{fmt(c['value'], c['unit'])} (baseline {fmt(c['baseline'], c['unit'])}), slowdown {c['slowdown']:.2f}x{rel}")
                 if c["status"] == "REGRESSION":

@@ -68,6 +68,10 @@ def test_quick_prints_machine_then_measurements(quick):
     for k in ("cpu", "cores", "python", "jax", "jaxlib", "numpy", "backend"):
         assert machine[k], k
     rows = [x for x in lines if "quantity" in x and "implementation" in x]
+    references = [r for r in rows if r["quantity"] == "reference"]  # the machine's speed, for the regression check
+    assert sorted(r["entry"] for r in references) == ["compile", "python"]
+    assert all(r["unit"] == "s" and 0 < r["value"] < 60 for r in references)
+    rows = [r for r in rows if r["quantity"] != "reference"]
     assert rows
     for r in rows:
         assert KEYS <= set(r), r
@@ -202,3 +206,36 @@ def test_the_arm_gradient_entry_reports_its_own_forward_and_no_target(capsys):
     assert row["seconds"] > 0 and row["forward_seconds"] > 0 and math.isclose(row["value"], row["seconds"] / row["forward_seconds"])
     targets = bench.targets(rows, argparse.Namespace(arms=["two_link_planar"], dtypes=["float64"]))
     assert not [t for t in targets if "gradient / forward" in t["target"]]
+
+
+def test_regression_check_scales_peerless_times_by_the_machines_reference_workloads():
+    bench = _load_benchmark()
+
+    def reference(entry, seconds):
+        return dict(arm="machine", dtype="float64", quantity="reference", implementation="python 3.11", batch=1,
+                    value=seconds, unit="s", entry=entry)
+
+    base = [reference("python", 0.04), reference("compile", 0.25),
+            _row("compile", "jaxarm", 2.0, "s", entry="rollout_rk3", steps=1000),
+            _row("compile", "jaxarm", 1.0, "s", entry="inverse_dynamics"),
+            _row("latency", "jaxarm", 10e-6, "s", batch=1, entry="inverse_dynamics"),
+            _row("rollout_grad", "jaxarm", 3.0, "x forward", batch=16, entry="autodiff", steps=1000)]
+    now = [reference("python", 0.08), reference("compile", 0.5),  # the machine runs 2x slower
+           _row("compile", "jaxarm", 3.6, "s", entry="rollout_rk3", steps=1000),  # 1.8x: the machine's slowdown
+           _row("compile", "jaxarm", 3.0, "s", entry="inverse_dynamics"),  # 3x: 1.5x beyond the machine's
+           _row("latency", "jaxarm", 22e-6, "s", batch=1, entry="inverse_dynamics"),  # 2.2x: 1.1x
+           _row("rollout_grad", "jaxarm", 4.5, "x forward", batch=16, entry="autodiff", steps=1000)]  # a ratio: as it is
+    out = {(c["compare"]["quantity"], c["compare"].get("entry")): c for c in bench.compare(now, {"rows": base}, 0.30)}
+    rollout = out["compile", "rollout_rk3"]
+    assert rollout["slowdown"] == pytest.approx(1.8) and rollout["machine_slowdown"] == pytest.approx(2.0)
+    assert rollout["slowdown_vs_machine"] == pytest.approx(0.9) and rollout["status"] == "ok"
+    assert out["compile", "inverse_dynamics"]["slowdown_vs_machine"] == pytest.approx(1.5)
+    assert out["compile", "inverse_dynamics"]["status"] == "REGRESSION"
+    assert out["latency", "inverse_dynamics"]["machine_slowdown"] == pytest.approx(2.0)  # by the Python loop
+    assert out["latency", "inverse_dynamics"]["status"] == "ok"
+    grad = out["rollout_grad", "autodiff"]
+    assert grad["machine_slowdown"] is None and grad["status"] == "REGRESSION"
+    # a baseline recorded without reference rows: absolute, as before
+    plain = {(c["compare"]["quantity"], c["compare"].get("entry")): c for c in bench.compare(now, {"rows": base[2:]}, 0.30)}
+    assert plain["compile", "rollout_rk3"]["machine_slowdown"] is None
+    assert plain["compile", "rollout_rk3"]["status"] == "REGRESSION"
