@@ -33,7 +33,8 @@ Then (JSON line per figure): iterations, warm solve time (median of 3), jaxarm's
 (trace + compile + solve, ``jaxarm.jit`` and plain ``jax.jit``), and batches of goals: one
 ``jax.vmap``-ed call for B goals against B sequential Crocoddyl solves (solves per second), and
 the same goals through ``trajopt.solve_many`` (``--pool slots,round_iterations``, default 4,10:
-a pool of 4 slots, finished problems replaced after every 10 iterations). ``--parts``: where
+a pool of 4 slots, finished problems replaced after every 10 iterations; ``--workers 1,default``
+compares one pool with solve_many's default of one pool per core). ``--parts``: where
 jaxarm's first call goes (line ``first_call_parts``: a fresh jit of the same solve traced,
 lowered to StableHLO and compiled by XLA apart, then run; and the lines of its optimized HLO).
 """
@@ -99,7 +100,7 @@ def crocoddyl(python, spec):
     return json.loads(proc.stdout)
 
 
-def run_arm(name, robots, python, batches, repeats, pool=None, parts=False):
+def run_arm(name, robots, python, batches, repeats, pool=None, parts=False, workers=(None,)):
     rel, base, tip, q0, locked, offset = ARMS[name]
     urdf = robots / rel
     arm = jaxarm.load_arm(str(urdf), base_link=base, tip_link=tip)
@@ -179,14 +180,15 @@ def run_arm(name, robots, python, batches, repeats, pool=None, parts=False):
         if pool is None or b < 2:
             continue
         slots, rounds_of = min(b, pool[0]), pool[1]
-        stats = []
-        pooled, first_p, warm_p = timed(lambda g: trajopt.solve_many(problem, {"goal": g}, slots=slots, round_iterations=rounds_of,
-                                                                     report=stats.append),
-                                        np.asarray(goals[:b]), repeats=max(1, repeats // 2))
-        emit(arm=name, quantity="pool", goals=b, slots=slots, round_iterations=rounds_of, jaxarm_s=round(warm_p, 3),
-             jaxarm_solves_per_s=round(b / warm_p, 2), jaxarm_first_call_s=round(first_p, 2),
-             converged=int(np.sum(np.asarray(pooled.converged))), slot_rounds=stats[-1]["slot_rounds"], rounds=stats[-1]["rounds"],
-             ratio=round(croc_s / warm_p, 3))
+        for w in workers:  # pools side by side (None: solve_many's default, one per core on a CPU)
+            stats = []
+            pooled, first_p, warm_p = timed(lambda g: trajopt.solve_many(problem, {"goal": g}, slots=slots, round_iterations=rounds_of,
+                                                                         workers=w, report=stats.append),
+                                            np.asarray(goals[:b]), repeats=max(1, repeats // 2))
+            emit(arm=name, quantity="pool", goals=b, slots=slots, round_iterations=rounds_of, workers=stats[-1]["workers"],
+                 jaxarm_s=round(warm_p, 3), jaxarm_solves_per_s=round(b / warm_p, 2), jaxarm_first_call_s=round(first_p, 2),
+                 converged=int(np.sum(np.asarray(pooled.converged))), slot_rounds=stats[-1]["slot_rounds"], rounds=stats[-1]["rounds"],
+                 ratio=round(croc_s / warm_p, 3))
 
 
 def main(argv=None):
@@ -197,6 +199,8 @@ def main(argv=None):
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--quick", action="store_true", help="UR5 only, batches 1 and 8, one timing repeat")
     ap.add_argument("--pool", default="4,10", help="also trajopt.solve_many: slots,round_iterations ('none' to skip)")
+    ap.add_argument("--workers", default="default",
+                    help="solve_many's pools side by side, comma-separated ('default': one per core on a CPU), e.g. 1,default")
     ap.add_argument("--parts", action="store_true",
                     help="also where jaxarm's first call goes: trace, lower, XLA compile, solve, lines of optimized HLO")
     args = ap.parse_args(argv)
@@ -217,7 +221,8 @@ def main(argv=None):
         if name not in ARMS:
             ap.error(f"--arms: unknown arm {name!r}; expected some of {', '.join(ARMS)}")
         pool = None if args.pool == "none" else tuple(int(v) for v in args.pool.split(","))
-        run_arm(name, robots, python, batches, 1 if args.quick else 3, pool, args.parts)
+        workers = tuple(None if w == "default" else int(w) for w in args.workers.split(","))
+        run_arm(name, robots, python, batches, 1 if args.quick else 3, pool, args.parts, workers)
     return 0
 
 

@@ -493,3 +493,54 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations(wit
     if jax.default_backend() == "cpu":  # lowered as a conditional on a CPU only
         assert " conditional(" in jax.jit(jax.vmap(jax.grad(ours))).lower(V).compile().as_text()
         assert " conditional(" not in jax.jit(jax.vmap(jax.grad(plain))).lower(V).compile().as_text()
+
+
+def test_cholesky_by_batch_uses_the_library_only_where_jaxlib_would_not_split_the_batch():
+    """linalg.cholesky_factor_by_batch: the factors of jnp.linalg.cholesky (NaN where a matrix is
+    not positive definite), by LAPACK for a small batch and unrolled for one jaxlib would split over
+    its thread pool (a wait there deadlocked programs run at once) and under jax.vmap."""
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(4000, 6, 6))
+    H = A @ np.swapaxes(A, 1, 2) + 0.1 * np.eye(6)
+    H[7] = -np.eye(6)  # not positive definite
+    ref = np.linalg.cholesky(H[np.arange(4000) != 7])
+
+    def factored(fn, x):
+        lowered = jax.jit(fn).lower(x)
+        return np.asarray(lowered.compile()(x)), "lapack" in lowered.as_text()
+
+    small, small_lapack = factored(linalg.cholesky_factor_by_batch, jnp.asarray(H[:16]))
+    large, large_lapack = factored(linalg.cholesky_factor_by_batch, jnp.asarray(H))
+    mapped, mapped_lapack = factored(jax.vmap(linalg.cholesky_factor_by_batch), jnp.asarray(H[:16]))
+    assert small_lapack and not large_lapack and not mapped_lapack
+    for L, k in ((small, 16), (large, 4000), (mapped, 16)):
+        keep = np.arange(k) != 7
+        assert_close(L[keep], ref[: keep.sum()], 1e-12, "factor")
+        assert np.all(np.isnan(np.diag(L[7])))
+
+
+def test_large_batched_factorizations_run_in_two_threads_at_once():
+    """Two threads running one compiled program that factors 4000 mass-matrix-sized matrices per
+    loop iteration both return (in a subprocess with a time limit: with jaxlib's batched LAPACK
+    kernel the same program never returned)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import threading, jax, jax.numpy as jnp
+        jax.config.update("jax_enable_x64", True)
+        from jaxarm.dynamics import linalg
+        def f(x):
+            body = lambda i, x: x + 1e-9 * linalg.cholesky_factor_by_batch(x @ jnp.swapaxes(x, -1, -2) + jnp.eye(6))
+            return jax.lax.fori_loop(0, 20, body, x)
+        g = jax.jit(f)
+        x = jnp.ones((4000, 6, 6)) * 0.1
+        jax.block_until_ready(g(x))
+        threads = [threading.Thread(target=lambda: jax.block_until_ready(g(x))) for _ in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print("returned")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "returned" in proc.stdout, proc.stderr[-2000:]

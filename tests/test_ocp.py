@@ -360,6 +360,17 @@ def test_solve_many_solves_each_problem_as_ddp_does_and_lets_finished_ones_leave
         again = trajopt.solve_many(problem, {"goal": shuffled}, slots=2, round_iterations=6, max_iterations=36)
     assert compiles == []
     assert_close(np.asarray(again.cost)[:4], np.asarray(res.cost)[[1, 0, 3, 4]], rtol=1e-6)
+    # pools side by side, each in a thread (one queue): every problem solved as with one pool
+    side = []
+    threaded = trajopt.solve_many(problem, {"goal": goals}, slots=2, round_iterations=6, max_iterations=36, workers=3,
+                                  report=side.append)
+    single = trajopt.solve_many(problem, {"goal": goals}, slots=2, round_iterations=6, max_iterations=36, workers=1)
+    assert side[0]["workers"] == 3 and side[0]["slot_rounds"] == stats[0]["slot_rounds"]
+    assert np.array_equal(np.asarray(threaded.iterations), np.asarray(single.iterations))
+    assert_close(np.asarray(threaded.u), np.asarray(single.u), rtol=0, atol=1e-12)
+    assert_close(np.asarray(threaded.history.cost), np.asarray(single.history.cost), rtol=1e-12)
+    with pytest.raises(ValueError, match="workers"):
+        trajopt.solve_many(problem, {"goal": goals}, workers=0)
     # start states batched too: each problem from its own x0, as ddp from that start
     x0s = np.stack([np.asarray(problem.x0), np.asarray(problem.x0) + np.array([0.2, -0.1, 0.5, 0.0])])
     many = trajopt.solve_many(problem, {"goal": np.asarray(goals)[:2]}, x0=x0s, slots=2, round_iterations=6, max_iterations=36)

@@ -150,7 +150,10 @@ def _accel_jacobians(arm, xs, us, qdd, input, fe=None, saturate=False):
         return jnp.sum(dID * (jnp.arange(n) == i).astype(dID.dtype)[:, None], axis=1)
 
     dID = jnp.moveaxis(jax.lax.map(row, jnp.arange(n)), 0, 1)
-    L = jnp.linalg.cholesky(dID[:, :, 2 * n:])  # M = dID/dqdd, symmetric to rounding (the lower triangle is read)
+    # M = dID/dqdd, symmetric to rounding (the lower triangle is read); by the library for one
+    # problem's knots, unrolled for a batch of problems (linalg.cholesky_factor_by_batch: jaxlib's
+    # kernel splits a large batch over the thread pool and can deadlock solves run at once)
+    L = linalg.cholesky_factor_by_batch(dID[:, :, 2 * n:])
 
     def solve(x, u, L, d):
         dtau = jax.jacfwd(lambda qd, u: _joint_torque(arm, u, qd, input, saturate), argnums=(0, 1))(x[n:], u)

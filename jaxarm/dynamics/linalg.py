@@ -9,7 +9,9 @@ and divisions, which XLA:CPU would not fuse across (see there).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import algebra
 from .algebra import minus, mul
@@ -77,6 +79,50 @@ def cholesky_factor(M):
     L, _ = cholesky_factor_scalars([[M[i, j] for j in range(n)] for i in range(n)])
     zero = jnp.zeros((), M.dtype)
     return jnp.stack([jnp.stack([L[i][j] if j <= i else zero for j in range(n)]) for i in range(n)])
+
+
+# jaxlib's LAPACK kernels split a batch of matrices over XLA:CPU's thread pool when the batch's
+# work is at least this many floating-point operations (its ParallelBatchMap), and wait for the
+# parts on a thread of that same pool
+LAPACK_SPLIT_WORK = 200_000
+
+
+@jax.custom_batching.custom_vmap
+def cholesky_factor_by_batch(H):
+    """The lower Cholesky factors of symmetric positive definite matrices H (..., m, m) (lower
+    triangles read), NaN entries where a matrix is not positive definite: by the platform's library
+    (LAPACK's potrf on a CPU) for a batch too small for jaxlib to split over threads, and unrolled
+    on the entries otherwise and under ``jax.vmap`` (:func:`cholesky_factor_scalars`: every
+    operation one elementwise operation over the batch).
+
+    Why not the library everywhere: for a batch of at least :data:`LAPACK_SPLIT_WORK` operations
+    (m^3 / 3 per matrix), jaxlib's kernel splits the batch over XLA:CPU's thread pool and waits for
+    the parts on a thread of that same pool. Two programs holding such a factorization, run at
+    once (from two Python threads, or on two CPU devices), then waited for each other for ever:
+    32 UR5 reaches in one ``jax.vmap``-ed :func:`jaxarm.trajopt.ddp` (their step Jacobians factor
+    3200 mass matrices), called from two threads, never returned (jaxlib 0.10.2, 2 cores).
+    Reverse-mode derivatives are not defined (``jax.custom_batching.custom_vmap``); for a
+    factorization that is differentiated, use :func:`cholesky_factor`."""
+    m = H.shape[-1]
+    if int(np.prod(H.shape[:-2], dtype=np.int64)) * m**3 / 3 < LAPACK_SPLIT_WORK:
+        return jnp.linalg.cholesky(H)
+    return _cholesky_unrolled(H)
+
+
+def _cholesky_unrolled(H):
+    m = H.shape[-1]
+    L, _ = cholesky_factor_scalars([[H[..., i, j] for j in range(m)] for i in range(m)])
+    zero = jnp.zeros(H.shape[:-2], H.dtype)
+    rows = [jnp.stack([L[i][j] if j <= i else zero for j in range(m)], axis=-1) for i in range(m)]
+    return jnp.stack(rows, axis=-2)
+
+
+@cholesky_factor_by_batch.def_vmap
+def _cholesky_factor_by_batch_vmap(axis_size, in_batched, H):
+    (batched,) = in_batched
+    if not batched:
+        return cholesky_factor_by_batch(H), False
+    return _cholesky_unrolled(H), True
 
 
 def cholesky_solve_factored(L, B):

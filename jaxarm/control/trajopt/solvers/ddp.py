@@ -143,15 +143,18 @@ class OCPResult(NamedTuple):
 
 def _factor(H):
     """The lower Cholesky factor of a knot's H (m, m), NaN where H is not positive definite, by the
-    platform's library (LAPACK's potrf on a CPU) rather than jaxarm's unrolled scalar factorization
-    (:func:`jaxarm.dynamics.linalg.cholesky_factor`). A backward pass runs knot after knot, so
-    nothing is gained by fusing its factorizations, and the unrolled ones (three per knot: the
-    Newton step, projected Newton's steps and its final free set) were the largest part of its
+    platform's library (LAPACK's potrf on a CPU) for one problem rather than jaxarm's unrolled scalar
+    factorization (:func:`jaxarm.dynamics.linalg.cholesky_factor`). A backward pass runs knot after
+    knot, so nothing is gained by fusing its factorizations, and the unrolled ones (three per knot:
+    the Newton step, projected Newton's steps and its final free set) were the largest part of its
     compiled program. First call of the Crocoddyl benchmark's solvers (``trace + lower +
     compile``, alternating runs): UR5 4.6 -> 4.35 s, Panda 7.3 -> 6.75 s; warm solves within
-    2 %, batched ones (``jax.vmap``, ``solve_many``) within noise. The substitutions stay unrolled:
-    with the library's as well the UR5's warm solve was 8-10 % slower for no further compile time."""
-    return jnp.linalg.cholesky(H)
+    2 %. The substitutions stay unrolled: with the library's as well the UR5's warm solve was
+    8-10 % slower for no further compile time. Under ``jax.vmap`` (a batch of problems) the
+    factorization is unrolled over the batch's entries
+    (:func:`jaxarm.dynamics.linalg.cholesky_factor_by_batch`): jaxlib's batched kernel can
+    deadlock two solves run at once."""
+    return linalg.cholesky_factor_by_batch(H)
 
 
 def _box_qp(H, g, lo, hi, iterations: int = 10):

@@ -18,7 +18,10 @@ problems may differ in params, start state, arm, step and input bounds.
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
+import os
+import threading
 import time
 
 import jax
@@ -94,7 +97,7 @@ def _batched(name, value, reference, N, func, dtype=None, finite=False):
 
 def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=None, upper=None, u_init=None,
                x_init=None, multipliers=None, slots: int | None = None, round_iterations: int = 10,
-               max_iterations: int = 200, report=None, **options) -> OCPResult:
+               max_iterations: int = 200, workers: int | None = None, report=None, **options) -> OCPResult:
     """Solve N problems that differ from ``problem`` in some of its fields by :func:`jaxarm.trajopt.ddp`,
     through a pool of ``slots`` problems solved side by side (see the module docstring). Returns
     one :class:`OCPResult` with a leading axis N: per problem, its final iterate, the total
@@ -125,9 +128,16 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
     H100 reached 75 solves/s; the pool itself has not been timed on a GPU. The choice is part of
     what ``report`` receives.
 
+    workers: how many pools of ``slots`` run side by side, each in a thread of its own, all taking
+    their problems from one queue; by default one per CPU core on a CPU (at most as many as the
+    problems fill) and 1 on other platforms. On a CPU one compiled solve runs on about one core
+    (XLA:CPU's kernels of a 6-joint solver are too small to split): 64 UR5 reaches took 1.9 s with
+    one pool of 4 slots and 1.3 s with two on the 2-core CPU (docs/guide/trajopt.md). Each problem
+    is solved as with one pool; only which slot and round it lands in differs.
+
     ``report``: a callable receiving a dict at the end (rounds, slot-rounds used, problems, the
-    pool size, seconds, the batched fields and, for a batch of arms, the leaves that differ), or
-    None.
+    pool size, the workers, seconds, the batched fields and, for a batch of arms, the leaves that
+    differ), or None.
 
     Each problem is solved as one :func:`ddp` call with max_iterations, al_iterations and every
     other option would solve it: a round that ends inside an augmented-Lagrangian round is resumed
@@ -146,9 +156,11 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
         raise TypeError(f"{func}: problem: expected a jaxarm.trajopt.OCP, got {type(problem).__name__}")
     if slots is None:
         slots = 4 if jax.default_backend() == "cpu" else 1024
-    for name, v in (("slots", slots), ("round_iterations", round_iterations), ("max_iterations", max_iterations)):
+    for name, v in (("slots", slots), ("round_iterations", round_iterations), ("max_iterations", max_iterations),
+                    ("workers", 1 if workers is None else workers)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{func}: {name}: expected a whole number >= 1, got {v!r}")
+            raise ValueError(f"{func}: {name}: expected a whole number >= 1" + (" or None" if name == "workers" else "")
+                             + f", got {v!r}")
     given = {name: v for name, v in (("params", params), ("x0", x0), ("arm", arm), ("dt", dt), ("lower", lower),
                                      ("upper", upper), ("u_init", u_init), ("x_init", x_init),
                                      ("multipliers", multipliers)) if v is not None}
@@ -228,36 +240,63 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
     history = {f: np.full((N, max_iterations), np.nan, dtype) for f in DDPLog._fields}
     final = [None] * N  # per problem: the round's result arrays (numpy) where it stopped
     queue = list(range(N))
-    pool = [queue.pop(0) for _ in range(B)]
-    rounds = slot_rounds = 0
+    lock = threading.Lock()  # the queue and the counters (each problem's rows are written by one worker only)
+    counts = {"rounds": 0, "slot_rounds": 0}
+    # pools run side by side, one per core on a CPU: a compiled solve runs on about one core there
+    if workers is None:
+        workers = (os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
+    workers = int(min(workers, -(-N // B)))
+    compiled_once = threading.Event()
+
+    def take():
+        with lock:
+            return queue.pop(0) if queue else None
+
+    def work(pool, first):
+        while any(i is not None for i in pool):
+            idx = np.array([i if i is not None else next(j for j in pool if j is not None) for i in pool])
+            if not first:
+                compiled_once.wait()  # (the first round compiles the solver, once)
+            try:
+                out = solver([a[idx] for a in flat], [a[idx] for a in arm_leaves], u[idx], x[idx], lam[idx], reg[idx],
+                             mu[idx], viol[idx], al_rounds[idx], qdd[idx])
+                out = jax.tree_util.tree_map(np.asarray, out)
+            finally:
+                compiled_once.set()
+            with lock:
+                counts["rounds"] += 1
+                counts["slot_rounds"] += sum(i is not None for i in pool)
+            for s, i in enumerate(pool):
+                if i is None:
+                    continue
+                it = int(out.iterations[s])
+                for f in DDPLog._fields:  # (max_iterations is a whole number of rounds: the history has room)
+                    history[f][i, used[i]: used[i] + it] = getattr(out.history, f)[s, :it]
+                used[i] += it
+                u[i], x[i], lam[i], mu[i] = out.u[s], out.x[s], out.multipliers[s], out.penalty[s]
+                viol[i], al_rounds[i], qdd[i] = out.update_violation[s], out.al_rounds[s], out.qdd[s]
+                if it > 0:  # the regularization of its last iteration: where the next round starts
+                    reg[i] = out.history.regularization[s, it - 1]
+                stopped = int(out.status[s]) != ITERATION_LIMIT or used[i] >= max_iterations
+                if stopped:
+                    final[i] = jax.tree_util.tree_map(lambda a: a[s], out)
+                    pool[s] = take()
+
+    pools = [[take() for _ in range(B)] for _ in range(workers)]  # (the first pool full: its first round compiles)
     t0 = time.perf_counter()
-    while any(i is not None for i in pool):
-        idx = np.array([i if i is not None else next(j for j in pool if j is not None) for i in pool])
-        out = solver([a[idx] for a in flat], [a[idx] for a in arm_leaves], u[idx], x[idx], lam[idx], reg[idx], mu[idx],
-                     viol[idx], al_rounds[idx], qdd[idx])
-        out = jax.tree_util.tree_map(np.asarray, out)
-        rounds += 1
-        for s, i in enumerate(pool):
-            if i is None:
-                continue
-            slot_rounds += 1
-            it = int(out.iterations[s])
-            for f in DDPLog._fields:  # (max_iterations is a whole number of rounds: the history has room)
-                history[f][i, used[i]: used[i] + it] = getattr(out.history, f)[s, :it]
-            used[i] += it
-            u[i], x[i], lam[i], mu[i] = out.u[s], out.x[s], out.multipliers[s], out.penalty[s]
-            viol[i], al_rounds[i], qdd[i] = out.update_violation[s], out.al_rounds[s], out.qdd[s]
-            if it > 0:  # the regularization of its last iteration: where the next round starts
-                reg[i] = out.history.regularization[s, it - 1]
-            stopped = int(out.status[s]) != ITERATION_LIMIT or used[i] >= max_iterations
-            if stopped:
-                final[i] = jax.tree_util.tree_map(lambda a: a[s], out)
-                pool[s] = queue.pop(0) if queue else None
+    if workers == 1:
+        work(pools[0], True)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(workers) as executor:
+            running = [executor.submit(work, pool, k == 0) for k, pool in enumerate(pools)]
+            for r in running:
+                r.result()
     seconds = time.perf_counter() - t0
+    rounds, slot_rounds = counts["rounds"], counts["slot_rounds"]
     if report is not None:
         varying = [] if shared is None else [jax.tree_util.keystr(path) for (path, _), v in
                                              zip(jax.tree_util.tree_flatten_with_path(problem.arm)[0], shared.values) if v is None]
-        report(dict(rounds=rounds, slot_rounds=slot_rounds, problems=N, slots=B, round_iterations=round_iterations,
+        report(dict(rounds=rounds, slot_rounds=slot_rounds, problems=N, slots=B, workers=workers, round_iterations=round_iterations,
                     max_iterations=max_iterations, seconds=seconds,
                     batched=[f for f in _FIELDS if f in fields or (f == "arm" and shared is not None)],
                     arm_leaves_varying=varying))
