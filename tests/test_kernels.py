@@ -517,6 +517,19 @@ def test_cholesky_by_batch_uses_the_library_only_where_jaxlib_would_not_split_th
         keep = np.arange(k) != 7
         assert_close(L[keep], ref[: keep.sum()], 1e-12, "factor")
         assert np.all(np.isnan(np.diag(L[7])))
+    # derivatives: those of the factorization, in reverse mode too (the batching rule has none)
+    W = jnp.asarray(rng.normal(size=(16, 6, 6)))
+    Hs = jnp.asarray(np.delete(H[:17], 7, axis=0))
+
+    def loss(fn):
+        return lambda x: jnp.sum(W * jnp.tril(fn(0.5 * (x + jnp.swapaxes(x, 1, 2)))))
+
+    g_ref = jax.grad(loss(jnp.linalg.cholesky))(Hs)
+    assert_close(jax.grad(loss(linalg.cholesky_factor_by_batch))(Hs), g_ref, 1e-10, "gradient")
+    assert_close(jax.grad(loss(jax.vmap(linalg.cholesky_factor_by_batch)))(Hs), g_ref, 1e-10, "gradient under vmap")
+    t_ref = jax.jvp(jnp.linalg.cholesky, (Hs,), (W + jnp.swapaxes(W, 1, 2),))[1]
+    t = jax.jvp(jax.vmap(linalg.cholesky_factor_by_batch), (Hs,), (W + jnp.swapaxes(W, 1, 2),))[1]
+    assert_close(t, t_ref, 1e-10, "tangent under vmap")
 
 
 def test_large_batched_factorizations_run_in_two_threads_at_once():

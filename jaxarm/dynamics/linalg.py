@@ -87,7 +87,7 @@ def cholesky_factor(M):
 LAPACK_SPLIT_WORK = 200_000
 
 
-@jax.custom_batching.custom_vmap
+@jax.custom_jvp
 def cholesky_factor_by_batch(H):
     """The lower Cholesky factors of symmetric positive definite matrices H (..., m, m) (lower
     triangles read), NaN entries where a matrix is not positive definite: by the platform's library
@@ -101,8 +101,19 @@ def cholesky_factor_by_batch(H):
     once (from two Python threads, or on two CPU devices), then waited for each other for ever:
     32 UR5 reaches in one ``jax.vmap``-ed :func:`jaxarm.trajopt.ddp` (their step Jacobians factor
     3200 mass matrices), called from two threads, never returned (jaxlib 0.10.2, 2 cores).
-    Reverse-mode derivatives are not defined (``jax.custom_batching.custom_vmap``); for a
-    factorization that is differentiated, use :func:`cholesky_factor`."""
+    Derivatives (forward and reverse mode, any order) are those of the unrolled factorization."""
+    return _factor_by_batch(H)
+
+
+@cholesky_factor_by_batch.defjvp
+def _cholesky_factor_by_batch_jvp(primals, tangents):
+    # (a batching rule alone has no reverse mode: the tangent is the unrolled factorization's)
+    (H,), (dH,) = primals, tangents
+    return _factor_by_batch(H), jax.jvp(_cholesky_unrolled, (H,), (dH,))[1]
+
+
+@jax.custom_batching.custom_vmap
+def _factor_by_batch(H):
     m = H.shape[-1]
     if int(np.prod(H.shape[:-2], dtype=np.int64)) * m**3 / 3 < LAPACK_SPLIT_WORK:
         return jnp.linalg.cholesky(H)
@@ -117,11 +128,11 @@ def _cholesky_unrolled(H):
     return jnp.stack(rows, axis=-2)
 
 
-@cholesky_factor_by_batch.def_vmap
-def _cholesky_factor_by_batch_vmap(axis_size, in_batched, H):
+@_factor_by_batch.def_vmap
+def _factor_by_batch_vmap(axis_size, in_batched, H):
     (batched,) = in_batched
     if not batched:
-        return cholesky_factor_by_batch(H), False
+        return _factor_by_batch(H), False
     return _cholesky_unrolled(H), True
 
 

@@ -131,8 +131,9 @@ def solve_many(problem: OCP, params=None, *, x0=None, arm=None, dt=None, lower=N
     workers: how many pools of ``slots`` run side by side, each in a thread of its own, all taking
     their problems from one queue; by default one per CPU core on a CPU (at most as many as the
     problems fill) and 1 on other platforms. On a CPU one compiled solve runs on about one core
-    (XLA:CPU's kernels of a 6-joint solver are too small to split): 64 UR5 reaches took 1.9 s with
-    one pool of 4 slots and 1.3 s with two on the 2-core CPU (docs/guide/trajopt.md). Each problem
+    (XLA:CPU's kernels of a 6-joint solver are too small to split): 64 UR5 reaches took 2.8 s with
+    one pool of 4 slots and 1.75 s with two on the 2-core CPU, 64 Panda reaches 7.5 and 3.5 s
+    (docs/guide/trajopt.md). Each problem
     is solved as with one pool; only which slot and round it lands in differs.
 
     ``report``: a callable receiving a dict at the end (rounds, slot-rounds used, problems, the
