@@ -91,6 +91,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -249,8 +250,6 @@ def _python_reference():
 
 
 def _compile_reference():
-    import functools
-
     # a new function object per call: traced, lowered and compiled afresh (no cache answers it)
     fn = jax.jit(lambda x: functools.reduce(lambda a, i: jnp.sin(a) * 1.0001 + jnp.cos(a * i), range(150), x))
     return fn.lower(jnp.zeros(16, jnp.float32)).compile()

@@ -72,13 +72,14 @@ def cholesky_solve_factored_scalars(L, inv_diag, b):
 
 
 def cholesky_factor(M):
-    """The lower Cholesky factor L (n, n) of a symmetric positive definite M (n, n), unrolled
-    (Golub & Van Loan alg. 4.2.1, :func:`cholesky_factor_scalars`); NaN entries where M is not
-    positive definite."""
+    """The lower Cholesky factor L (..., n, n) of symmetric positive definite matrices M (..., n, n),
+    unrolled (Golub & Van Loan alg. 4.2.1, :func:`cholesky_factor_scalars`: for a batch, every
+    operation is one elementwise operation over it); NaN entries where M is not positive
+    definite."""
     n = M.shape[-1]
-    L, _ = cholesky_factor_scalars([[M[i, j] for j in range(n)] for i in range(n)])
-    zero = jnp.zeros((), M.dtype)
-    return jnp.stack([jnp.stack([L[i][j] if j <= i else zero for j in range(n)]) for i in range(n)])
+    L, _ = cholesky_factor_scalars([[M[..., i, j] for j in range(n)] for i in range(n)])
+    zero = jnp.zeros(M.shape[:-2], M.dtype)
+    return jnp.stack([jnp.stack([L[i][j] if j <= i else zero for j in range(n)], axis=-1) for i in range(n)], axis=-2)
 
 
 # jaxlib's LAPACK kernels split a batch of matrices over XLA:CPU's thread pool when the batch's
@@ -101,15 +102,16 @@ def cholesky_factor_by_batch(H):
     once (from two Python threads, or on two CPU devices), then waited for each other for ever:
     32 UR5 reaches in one ``jax.vmap``-ed :func:`jaxarm.trajopt.ddp` (their step Jacobians factor
     3200 mass matrices), called from two threads, never returned (jaxlib 0.10.2, 2 cores).
-    Derivatives (forward and reverse mode, any order) are those of the unrolled factorization."""
+    Differentiated (forward and reverse mode, any order), it is the unrolled factorization
+    (:func:`cholesky_factor`)."""
     return _factor_by_batch(H)
 
 
 @cholesky_factor_by_batch.defjvp
 def _cholesky_factor_by_batch_jvp(primals, tangents):
-    # (a batching rule alone has no reverse mode: the tangent is the unrolled factorization's)
-    (H,), (dH,) = primals, tangents
-    return _factor_by_batch(H), jax.jvp(_cholesky_unrolled, (H,), (dH,))[1]
+    # (a batching rule alone has no reverse mode): differentiated, the unrolled factorization,
+    # whose primal is the factor too (not computed a second time by the library)
+    return jax.jvp(cholesky_factor, primals, tangents)
 
 
 @jax.custom_batching.custom_vmap
@@ -117,15 +119,7 @@ def _factor_by_batch(H):
     m = H.shape[-1]
     if int(np.prod(H.shape[:-2], dtype=np.int64)) * m**3 / 3 < LAPACK_SPLIT_WORK:
         return jnp.linalg.cholesky(H)
-    return _cholesky_unrolled(H)
-
-
-def _cholesky_unrolled(H):
-    m = H.shape[-1]
-    L, _ = cholesky_factor_scalars([[H[..., i, j] for j in range(m)] for i in range(m)])
-    zero = jnp.zeros(H.shape[:-2], H.dtype)
-    rows = [jnp.stack([L[i][j] if j <= i else zero for j in range(m)], axis=-1) for i in range(m)]
-    return jnp.stack(rows, axis=-2)
+    return cholesky_factor(H)
 
 
 @_factor_by_batch.def_vmap
@@ -133,7 +127,7 @@ def _factor_by_batch_vmap(axis_size, in_batched, H):
     (batched,) = in_batched
     if not batched:
         return _factor_by_batch(H), False
-    return _cholesky_unrolled(H), True
+    return cholesky_factor(H), True
 
 
 def cholesky_solve_factored(L, B):
