@@ -169,3 +169,33 @@ def test_an_eager_rollout_compiles_once_and_equals_the_jitted_rollout():
     assert len(events) == 0, f"{len(events)} new compiles"
     ref = jax.jit(lambda q0, u, dt: jaxarm.rollout(arm, q0, qd0, u, dt).q)(q0b, u2, 0.02)
     np.testing.assert_allclose(np.asarray(traj.q), np.asarray(ref), rtol=0, atol=1e-12)
+
+
+def test_eager_kinematics_compile_one_program_per_arm_structure_and_equal_the_traced_ones():
+    """Called outside any jit, tool_pose, forward_kinematics and jacobian run as one compiled
+    program each (op by op, the Panda's first tool_pose compiled about a hundred small programs);
+    another arm of the same structure, other joint angles or a list for q compile nothing new;
+    the results are those of the same functions traced inside a jit, and bad input is still
+    reported by name."""
+    import pytest
+
+    arm = jaxarm.load_arm("puma560")
+    q = np.array([0.1, -0.4, 0.3, 0.2, -0.5, 0.6])
+    calls = [lambda a, q: jaxarm.tool_pose(a, q), lambda a, q: jaxarm.forward_kinematics(a, q),
+             lambda a, q: jaxarm.jacobian(a, q), lambda a, q: jaxarm.jacobian(a, q, frame="tool")]
+    heavier, q_list = arm.with_payload(1.5), list(q + 0.2)  # (made outside the counts)
+    jnp.asarray(q_list)
+    for call in calls:
+        with count_compiles() as first:
+            eager = call(arm, q)
+        assert 1 <= len(first) <= 3, len(first)
+        with count_compiles() as again:
+            call(heavier, q_list)
+        assert len(again) == 0
+        traced = jax.jit(call)(arm, jnp.asarray(q))
+        for e, t in zip(jax.tree_util.tree_leaves(eager), jax.tree_util.tree_leaves(traced)):
+            np.testing.assert_allclose(e, t, rtol=1e-14, atol=1e-15)
+    with pytest.raises(ValueError, match="tool_pose: q"):
+        jaxarm.tool_pose(arm, np.zeros(5))
+    with pytest.raises(ValueError, match="jacobian: frame"):
+        jaxarm.jacobian(arm, q, frame="world")

@@ -111,7 +111,22 @@ def forward_kinematics(arm: Arm, q):
     and frames[i] = DH link frame i (Craig 3.6 / Ch.10 A-matrices chained); tool (4, 4).
     For 'placement' arms frames[i] is the URDF child link frame of joint i.
     """
-    return _forward_kinematics(arm, q, "forward_kinematics")
+    return _compiled_when_eager(_forward_kinematics, _FORWARD_KINEMATICS, arm, q, "forward_kinematics")
+
+
+def _compiled_when_eager(direct, compiled, arm, q, func: str, *static):
+    """``direct(arm, q, func, *static)``, or, called eagerly (no leaf of ``arm`` or ``q`` traced:
+    outside any jit, vmap or derivative), the same function compiled as one program
+    (``compiled``, a ``jax.jit`` with the arm and q its arguments, so one program serves every
+    arm of the same structure and shapes, kept by jax). Run op by op instead, the Panda's first
+    :func:`tool_pose` compiled 98 small programs, one per operation and shape (5.8 s on a 2-core
+    CPU, before any solver was traced); compiled whole, one. The input checks run first, on the
+    values, so that bad input is reported as it is when traced."""
+    if not (checks.concrete(arm) and checks.concrete(q)):
+        return direct(arm, q, func, *static)
+    checks.check_arm(arm, func)
+    q = checks.joint_vector(q, arm, "q", func)
+    return compiled(arm, q, func, *static)
 
 
 def _forward_kinematics(arm: Arm, q, func: str):
@@ -129,7 +144,11 @@ def _forward_kinematics(arm: Arm, q, func: str):
 
 def tool_pose(arm: Arm, q):
     """The tool frame (4, 4) in the world frame."""
-    return _forward_kinematics(arm, q, "tool_pose")[1]
+    return _compiled_when_eager(_tool_pose_of, _TOOL_POSE, arm, q, "tool_pose")
+
+
+def _tool_pose_of(arm: Arm, q, func: str):
+    return _forward_kinematics(arm, q, func)[1]
 
 
 def jacobian(arm: Arm, q, frame: str = "base"):
@@ -139,10 +158,14 @@ def jacobian(arm: Arm, q, frame: str = "base"):
     prismatic one (Craig 5.110-5.111, with z_i and o_i of joint i's axis). ``frame="base"``
     expresses both in the world frame; ``frame="tool"`` in the tool frame (Craig 5.71).
     """
-    checks.check_arm(arm, "jacobian")
-    q = checks.joint_vector(q, arm, "q", "jacobian")
     if frame not in ("base", "tool"):
         raise ValueError(f"jacobian: frame: expected 'base' or 'tool', got {frame!r}")
+    return _compiled_when_eager(_jacobian, _JACOBIAN, arm, q, "jacobian", frame)
+
+
+def _jacobian(arm: Arm, q, func: str, frame: str):
+    checks.check_arm(arm, func)
+    q = checks.joint_vector(q, arm, "q", func)
     bodies = body_model(arm)
     rots, origins = body_poses(arm, bodies, q)
     R_tool, p_tool = _tool_pose(bodies, rots[-1], origins[-1])
@@ -157,3 +180,10 @@ def jacobian(arm: Arm, q, frame: str = "base"):
     if frame == "tool":
         J = jnp.concatenate([R_tool.T @ J[:3], R_tool.T @ J[3:]], axis=0)  # Craig 5.71
     return J
+
+
+# the kinematics called eagerly, compiled whole (see _compiled_when_eager); the function name
+# (for messages) and the Jacobian's frame are constants of the program
+_FORWARD_KINEMATICS = jax.jit(_forward_kinematics, static_argnums=2)
+_TOOL_POSE = jax.jit(_tool_pose_of, static_argnums=2)
+_JACOBIAN = jax.jit(_jacobian, static_argnums=(2, 3))
