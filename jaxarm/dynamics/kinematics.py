@@ -120,8 +120,10 @@ def _compiled_when_eager(direct, compiled, arm, q, func: str, *static):
     (``compiled``, a ``jax.jit`` with the arm and q its arguments, so one program serves every
     arm of the same structure and shapes, kept by jax). Run op by op instead, the Panda's first
     :func:`tool_pose` compiled 98 small programs, one per operation and shape (5.8 s on a 2-core
-    CPU, before any solver was traced); compiled whole, one. The input checks run first, on the
-    values, so that bad input is reported as it is when traced."""
+    CPU, before any solver was traced); compiled whole, 4 (1.0 s), and none for another arm of
+    the same structure. The input checks run first, on the values, so that bad input is
+    reported as it is when traced. A new structure (another joint count or joint kinds) compiles
+    its own program."""
     if not (checks.concrete(arm) and checks.concrete(q)):
         return direct(arm, q, func, *static)
     checks.check_arm(arm, func)
