@@ -16,6 +16,7 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jaxarm
 
@@ -177,14 +178,12 @@ def test_eager_kinematics_compile_one_program_per_arm_structure_and_equal_the_tr
     another arm of the same structure, other joint angles or a list for q compile nothing new;
     the results are those of the same functions traced inside a jit, and bad input is still
     reported by name."""
-    import pytest
-
     arm = jaxarm.load_arm("puma560")
     q = np.array([0.1, -0.4, 0.3, 0.2, -0.5, 0.6])
     calls = [lambda a, q: jaxarm.tool_pose(a, q), lambda a, q: jaxarm.forward_kinematics(a, q),
              lambda a, q: jaxarm.jacobian(a, q), lambda a, q: jaxarm.jacobian(a, q, frame="tool")]
     heavier, q_list = arm.with_payload(1.5), list(q + 0.2)  # (made outside the counts)
-    jnp.asarray(q_list)
+    jnp.asarray(q_list)  # (a list's first conversion compiles a program of its own)
     for call in calls:
         with count_compiles() as first:
             eager = call(arm, q)
