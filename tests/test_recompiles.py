@@ -172,29 +172,62 @@ def test_an_eager_rollout_compiles_once_and_equals_the_jitted_rollout():
     np.testing.assert_allclose(np.asarray(traj.q), np.asarray(ref), rtol=0, atol=1e-12)
 
 
-def test_eager_kinematics_compile_one_program_per_arm_structure_and_equal_the_traced_ones():
-    """Called outside any jit, tool_pose, forward_kinematics and jacobian run as one compiled
-    program each (op by op, the Panda's first tool_pose compiled about a hundred small programs);
-    another arm of the same structure, other joint angles or a list for q compile nothing new;
-    the results are those of the same functions traced inside a jit, and bad input is still
-    reported by name."""
-    arm = jaxarm.load_arm("puma560")
-    q = np.array([0.1, -0.4, 0.3, 0.2, -0.5, 0.6])
-    calls = [lambda a, q: jaxarm.tool_pose(a, q), lambda a, q: jaxarm.forward_kinematics(a, q),
-             lambda a, q: jaxarm.jacobian(a, q), lambda a, q: jaxarm.jacobian(a, q, frame="tool")]
-    heavier, q_list = arm.with_payload(1.5), list(q + 0.2)  # (made outside the counts)
+def test_eager_dynamics_compile_whole_once_per_arm_structure_and_equal_the_traced_ones():
+    """Called outside any jit, each function of one state (kinematics, Newton-Euler, the mass
+    matrix, forward dynamics, energies, friction) runs as one compiled program: the first arm of
+    a structure compiles one (its values constants), a second arm of the same structure one more
+    (the arm an argument), a third arm, other joint values or a list for q nothing; the results
+    are those of the same functions traced inside a jit, and bad input is still reported by name
+    (before anything compiles)."""
+    arm = jaxarm.load_arm("rp_arm")
+    drives = dataclasses.replace(arm.drives, viscous_friction=np.asarray(arm.drives.viscous_friction) + 0.2,
+                                 coulomb_friction=np.asarray(arm.drives.coulomb_friction) + 0.3)
+    second, third = arm.with_payload(1.5), arm.replace(drives=drives)
+    q, qd, qdd = np.array([0.3, 0.2]), np.array([-0.4, 0.5]), np.array([0.7, -0.1])
+    f = np.array([1.0, -2.0, 0.5, 0.1, 0.2, -0.3])
+    calls = {
+        "tool_pose": lambda a, q: jaxarm.tool_pose(a, q),
+        "forward_kinematics": lambda a, q: jaxarm.forward_kinematics(a, q),
+        "jacobian": lambda a, q: jaxarm.jacobian(a, q),
+        "jacobian_tool": lambda a, q: jaxarm.jacobian(a, q, frame="tool"),
+        "inverse_dynamics": lambda a, q: jaxarm.inverse_dynamics(a, q, qd, qdd, f_ext=f),
+        "rigid_body_torques": lambda a, q: jaxarm.rigid_body_torques(a, q, qd, qdd),
+        "joint_wrenches": lambda a, q: jaxarm.joint_wrenches(a, q, qd, qdd, f),
+        "bias_forces": lambda a, q: jaxarm.bias_forces(a, q, qd),
+        "gravity_torques": lambda a, q: jaxarm.gravity_torques(a, q),
+        "mass_matrix": lambda a, q: jaxarm.mass_matrix(a, q),
+        "mass_matrix_by_columns": lambda a, q: jaxarm.mass_matrix_by_columns(a, q),
+        "coriolis_matrix": lambda a, q: jaxarm.coriolis_matrix(a, q, qd),
+        "forward_dynamics": lambda a, q: jaxarm.forward_dynamics(a, q, qd, qdd, f_ext=f),
+        "kinetic_energy": lambda a, q: jaxarm.kinetic_energy(a, q, qd),
+        "potential_energy": lambda a, q: jaxarm.potential_energy(a, q),
+        "friction_torques": lambda a, q: jaxarm.friction_torques(a, qd + q),
+    }
+    q_list = list(q + 0.2)
     jnp.asarray(q_list)  # (a list's first conversion compiles a program of its own)
-    for call in calls:
+    for name, call in calls.items():
         with count_compiles() as first:
-            eager = call(arm, q)
-        assert 1 <= len(first) <= 3, len(first)
+            results = [call(arm, q)]
+        assert 1 <= len(first) <= 3, (name, len(first))
+        with count_compiles() as another:
+            results.append(call(second, q))
+        assert 1 <= len(another) <= 3, (name, len(another))
         with count_compiles() as again:
-            call(heavier, q_list)
-        assert len(again) == 0
-        traced = jax.jit(call)(arm, jnp.asarray(q))
-        for e, t in zip(jax.tree_util.tree_leaves(eager), jax.tree_util.tree_leaves(traced)):
-            np.testing.assert_allclose(e, t, rtol=1e-14, atol=1e-15)
-    with pytest.raises(ValueError, match="tool_pose: q"):
-        jaxarm.tool_pose(arm, np.zeros(5))
-    with pytest.raises(ValueError, match="jacobian: frame"):
-        jaxarm.jacobian(arm, q, frame="world")
+            results += [call(third, q_list), call(arm, q + 0.1), call(second, q_list)]
+        assert len(again) == 0, (name, len(again))
+        for a, x, result in zip((arm, second, third, arm, second), (q, q, q_list, q + 0.1, q_list), results):
+            traced = jax.jit(call)(a, jnp.asarray(x))
+            for e, t in zip(jax.tree_util.tree_leaves(result), jax.tree_util.tree_leaves(traced)):
+                np.testing.assert_allclose(e, t, rtol=1e-13, atol=1e-14, err_msg=name)
+    with count_compiles() as bad:
+        with pytest.raises(ValueError, match=r"tool_pose: q: expected shape \(2,\)"):
+            jaxarm.tool_pose(arm, np.zeros(5))
+        with pytest.raises(ValueError, match=r"inverse_dynamics: qd: expected finite values, got \[nan\] at joint\(s\) \[2\]"):
+            jaxarm.inverse_dynamics(arm, q, np.array([0.0, np.nan]), qdd)
+        with pytest.raises(ValueError, match="forward_dynamics: f_ext: expected shape"):
+            jaxarm.forward_dynamics(arm, q, qd, qdd, f_ext=np.zeros(3))
+        with pytest.raises(ValueError, match="jacobian: frame"):
+            jaxarm.jacobian(arm, q, frame="world")
+        with pytest.raises(TypeError, match="jaxarm.Arm"):
+            jaxarm.mass_matrix({"links": None}, q)
+    assert len(bad) == 0

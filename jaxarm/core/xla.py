@@ -256,23 +256,26 @@ _EAGER = collections.OrderedDict()
 EAGER_CACHE_SIZE = 8
 
 
-def eager_compiled(key, make):
+def eager_compiled(key, make, *, store=None, size=None):
     """The compiled function kept under ``key`` (hashable), made by ``make()`` (a :func:`jit`) the
     first time. For a solver called eagerly, outside any jit, vmap or derivative: run op by op,
     every call traced and compiled its loops again; compiled once and kept, the next call with
-    the same constants runs at once. At most :data:`EAGER_CACHE_SIZE` are kept, the least
-    recently used dropped first. None where ``key`` cannot be hashed (a setting that cannot key a
-    kept program: the caller then runs the call as made)."""
+    the same constants runs at once. At most ``size`` (default :data:`EAGER_CACHE_SIZE`) are kept
+    in ``store`` (an ``OrderedDict``; default the solvers' own), the least recently used dropped
+    first. None where ``key`` cannot be hashed (a setting that cannot key a kept program: the
+    caller then runs the call as made)."""
+    store = _EAGER if store is None else store
+    size = EAGER_CACHE_SIZE if size is None else size
     try:
         hash(key)
     except TypeError:
         return None
-    fn = _EAGER.pop(key, None)
+    fn = store.pop(key, None)
     if fn is None:
         fn = make()
-    _EAGER[key] = fn
-    while len(_EAGER) > EAGER_CACHE_SIZE:
-        _EAGER.popitem(last=False)
+    store[key] = fn
+    while len(store) > size:
+        store.popitem(last=False)
     return fn
 
 

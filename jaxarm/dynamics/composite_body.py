@@ -23,6 +23,7 @@ from .algebra import (
     scale,
     sym_mv,
 )
+from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
 from .newton_euler import _rnea
 
@@ -82,6 +83,7 @@ def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
     return matrix(composite_mass_matrix(bodies, arm.is_revolute, frames), dtype)
 
 
+@compiled_when_eager
 def mass_matrix(arm: Arm, q):
     """Joint-space inertia matrix M(q) (n, n), including reflected rotor inertia G^2 Jm on the
     diagonal. Composite-body method (Walker-Orin method 3, Swartz eqs 16-26)."""
@@ -96,6 +98,7 @@ def _mass_matrix(arm, bodies, q):
     return M + jnp.diag(drives._reflected_inertia(arm).astype(M.dtype))
 
 
+@compiled_when_eager
 def mass_matrix_by_columns(arm: Arm, q):
     """M(q) by Walker-Orin method 1: column j is inverse dynamics with qd = 0, no gravity,
     qdd = e_j (Walker & Orin 1982). Slower (n Newton-Euler passes); kept as an independent check."""
@@ -108,6 +111,7 @@ def mass_matrix_by_columns(arm: Arm, q):
     return cols.T + jnp.diag(drives._reflected_inertia(arm).astype(dtype))
 
 
+@compiled_when_eager
 def coriolis_matrix(arm: Arm, q, qd):
     """Coriolis matrix C(q, qd) (n, n) in Christoffel form, C_ij = sum_k Gamma_ijk qd_k with
     Gamma_ijk = (dM_ij/dq_k + dM_ik/dq_j - dM_jk/dq_i) / 2, so that M-dot - 2C is skew-symmetric

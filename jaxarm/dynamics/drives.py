@@ -7,6 +7,7 @@ import numpy as np
 
 from ..model import checks
 from ..model.arm import Arm
+from .eager import compiled_when_eager
 
 
 def reflected_inertia(arm: Arm):
@@ -34,6 +35,7 @@ def _direction(qd, scale):
     return jnp.where(scale > 0, jnp.tanh(qd / safe), jnp.sign(qd))
 
 
+@compiled_when_eager
 def friction_torques(arm: Arm, qd):
     """Joint torque (n,) needed to overcome drive friction at joint velocity qd.
 

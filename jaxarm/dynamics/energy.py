@@ -7,9 +7,11 @@ import jax.numpy as jnp
 from ..model import checks
 from ..model.arm import Arm
 from .composite_body import _mass_matrix
+from .eager import compiled_when_eager
 from .kinematics import _bodies, body_poses
 
 
+@compiled_when_eager
 def kinetic_energy(arm: Arm, q, qd):
     """Kinetic energy 1/2 qd^T M(q) qd of links and rotors."""
     q, qd = checks.joint_state(arm, "kinetic_energy", q=q, qd=qd)
@@ -17,6 +19,7 @@ def kinetic_energy(arm: Arm, q, qd):
     return 0.5 * qd @ M @ qd
 
 
+@compiled_when_eager
 def potential_energy(arm: Arm, q):
     """Gravitational potential energy -sum_i m_i g . c_i (world frame), zero at the world origin."""
     (q,) = checks.joint_state(arm, "potential_energy", q=q)

@@ -14,6 +14,7 @@ from ..model.arm import Arm
 from . import drives, linalg
 from .algebra import _vec, cotangent_once, entries, per_state_entries, vector
 from .composite_body import composite_mass_matrix
+from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
 from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, rnea
 
@@ -26,6 +27,7 @@ ACCELERATION = "jaxarm_forward_dynamics_qdd"
 _PER_STATE = True
 
 
+@compiled_when_eager
 def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
     """Joint accelerations (n,) from applied joint torques tau (Swartz's Forward Arm).
 

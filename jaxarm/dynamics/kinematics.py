@@ -10,6 +10,7 @@ from ..core import spatial
 from ..model import checks
 from ..model.arm import Arm, Bodies, body_model
 from . import algebra
+from .eager import compiled_when_eager
 
 
 def joint_transform(bodies: Bodies, i: int, revolute: bool, qi):
@@ -104,6 +105,7 @@ def _tool_pose(bodies, R_last, p_last):
     return R, p
 
 
+@compiled_when_eager
 def forward_kinematics(arm: Arm, q):
     """All link frames and the tool pose, in the world frame.
 
@@ -111,24 +113,7 @@ def forward_kinematics(arm: Arm, q):
     and frames[i] = DH link frame i (Craig 3.6 / Ch.10 A-matrices chained); tool (4, 4).
     For 'placement' arms frames[i] is the URDF child link frame of joint i.
     """
-    return _compiled_when_eager(_forward_kinematics, _FORWARD_KINEMATICS, arm, q, "forward_kinematics")
-
-
-def _compiled_when_eager(direct, compiled, arm, q, func: str, *static):
-    """``direct(arm, q, func, *static)``, or, called eagerly (no leaf of ``arm`` or ``q`` traced:
-    outside any jit, vmap or derivative), the same function compiled as one program
-    (``compiled``, a ``jax.jit`` with the arm and q its arguments, so one program serves every
-    arm of the same structure and shapes, kept by jax). Run op by op instead, the Panda's first
-    :func:`tool_pose` compiled 98 small programs, one per operation and shape (5.8 s on a 2-core
-    CPU, before any solver was traced); compiled whole, 4 (1.0 s), and none for another arm of
-    the same structure. The input checks run first, on the values, so that bad input is
-    reported as it is when traced. A new structure (another joint count or joint kinds) compiles
-    its own program."""
-    if not (checks.concrete(arm) and checks.concrete(q)):
-        return direct(arm, q, func, *static)
-    checks.check_arm(arm, func)
-    q = checks.joint_vector(q, arm, "q", func)
-    return compiled(arm, q, func, *static)
+    return _forward_kinematics(arm, q, "forward_kinematics")
 
 
 def _forward_kinematics(arm: Arm, q, func: str):
@@ -144,15 +129,13 @@ def _forward_kinematics(arm: Arm, q, func: str):
     return frames, tool
 
 
+@compiled_when_eager
 def tool_pose(arm: Arm, q):
     """The tool frame (4, 4) in the world frame."""
-    return _compiled_when_eager(_tool_pose_of, _TOOL_POSE, arm, q, "tool_pose")
+    return _forward_kinematics(arm, q, "tool_pose")[1]
 
 
-def _tool_pose_of(arm: Arm, q, func: str):
-    return _forward_kinematics(arm, q, func)[1]
-
-
+@compiled_when_eager(static=("frame",))
 def jacobian(arm: Arm, q, frame: str = "base"):
     """Geometric Jacobian (6, n) of the tool frame: rows (linear velocity, angular velocity).
 
@@ -162,7 +145,7 @@ def jacobian(arm: Arm, q, frame: str = "base"):
     """
     if frame not in ("base", "tool"):
         raise ValueError(f"jacobian: frame: expected 'base' or 'tool', got {frame!r}")
-    return _compiled_when_eager(_jacobian, _JACOBIAN, arm, q, "jacobian", frame)
+    return _jacobian(arm, q, "jacobian", frame)
 
 
 def _jacobian(arm: Arm, q, func: str, frame: str):
@@ -182,10 +165,3 @@ def _jacobian(arm: Arm, q, func: str, frame: str):
     if frame == "tool":
         J = jnp.concatenate([R_tool.T @ J[:3], R_tool.T @ J[3:]], axis=0)  # Craig 5.71
     return J
-
-
-# the kinematics called eagerly, compiled whole (see _compiled_when_eager); the function name
-# (for messages) and the Jacobian's frame are constants of the program
-_FORWARD_KINEMATICS = jax.jit(_forward_kinematics, static_argnums=2)
-_TOOL_POSE = jax.jit(_tool_pose_of, static_argnums=2)
-_JACOBIAN = jax.jit(_jacobian, static_argnums=(2, 3))

@@ -33,6 +33,7 @@ from .algebra import (
     sym_mv,
     vector,
 )
+from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
 
 
@@ -146,6 +147,7 @@ def _kernel_tip(bodies, f_ext):
     return tuple(-F[k] for k in range(3)), tuple(-N[k] for k in range(3))
 
 
+@compiled_when_eager
 def inverse_dynamics(arm: Arm, q, qd, qdd, f_ext=None):
     """Joint torques/forces (n,) that produce acceleration qdd at state (q, qd).
 
@@ -182,6 +184,7 @@ def _inverse_dynamics(arm, q, qd, qdd, f_ext=None, bodies=None):
 _FRICTION_COTANGENT_APART = True
 
 
+@compiled_when_eager
 def rigid_body_torques(arm: Arm, q, qd, qdd, f_ext=None):
     """Inverse dynamics of the links alone: no rotor inertia, no friction (n,)."""
     q, qd, qdd = checks.joint_state(arm, "rigid_body_torques", q=q, qd=qd, qdd=qdd)
@@ -191,6 +194,7 @@ def rigid_body_torques(arm: Arm, q, qd, qdd, f_ext=None):
     return _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)[0]
 
 
+@compiled_when_eager
 def joint_wrenches(arm: Arm, q, qd, qdd, f_ext=None):
     """The wrench (n, 6) = (force, moment about the joint origin) that each joint transmits from
     body i-1 to body i, in body i's frame (z along joint i's axis): the structural loads of the NASA
@@ -203,6 +207,7 @@ def joint_wrenches(arm: Arm, q, qd, qdd, f_ext=None):
     return _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)[1]
 
 
+@compiled_when_eager
 def bias_forces(arm: Arm, q, qd, f_ext=None):
     """Coriolis, centrifugal and gravity torques C(q, qd) qd + g(q) (n,): Newton-Euler with
     qdd = 0 (Swartz's bias vector, eq. 15 with theta-double-dot = 0). No friction."""
@@ -219,6 +224,7 @@ def _bias(arm, bodies, q, qd, f_ext=None):
     return _rnea(arm, bodies, q, qd, None, _base_acceleration(arm, dtype), f_ext)[0]
 
 
+@compiled_when_eager
 def gravity_torques(arm: Arm, q):
     """Torques (n,) that hold the arm still against gravity, g(q)."""
     (q,) = checks.joint_state(arm, "gravity_torques", q=q)

@@ -58,13 +58,14 @@ def joint_state(arm, func: str, **vectors):
     return [joint_vector(v, arm, k, func) for k, v in vectors.items()]
 
 
-def joint_vector(x, arm, name: str, func: str, *, allow_none: bool = False):
-    """Validate a per-joint vector: shape (n,), real floating values, finite when concrete."""
+def joint_vector(x, arm, name: str, func: str, *, allow_none: bool = False, xp=jnp):
+    """Validate a per-joint vector: shape (n,), real floating values, finite when concrete.
+    Returned as an array of ``xp`` (``numpy`` for known values checked on the host)."""
     if x is None:
         if allow_none:
             return None
         raise ValueError(f"{func}: {name}: expected an array of shape ({arm.n},), got None")
-    x = jnp.asarray(x)
+    x = xp.asarray(x)
     if x.shape != (arm.n,):
         hint = " (for a batch, wrap the call in jax.vmap)" if x.ndim == 2 and x.shape[-1] == arm.n else ""
         raise ValueError(f"{func}: {name}: expected shape ({arm.n},) for this {arm.n}-joint arm, got {x.shape}{hint}")
@@ -78,11 +79,12 @@ def joint_vector(x, arm, name: str, func: str, *, allow_none: bool = False):
     return x
 
 
-def wrench(x, name: str, func: str):
-    """Validate an external wrench (force, moment): shape (6,)."""
+def wrench(x, name: str, func: str, *, xp=jnp):
+    """Validate an external wrench (force, moment): shape (6,), finite when concrete; an array
+    of ``xp``."""
     if x is None:
         return None
-    x = jnp.asarray(x)
+    x = xp.asarray(x)
     if x.shape != (6,):
         raise ValueError(f"{func}: {name}: expected shape (6,) = (force xyz, moment xyz), got {x.shape}")
     if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
