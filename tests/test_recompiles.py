@@ -231,3 +231,39 @@ def test_eager_dynamics_compile_whole_once_per_arm_structure_and_equal_the_trace
         with pytest.raises(TypeError, match="jaxarm.Arm"):
             jaxarm.mass_matrix({"links": None}, q)
     assert len(bad) == 0
+
+
+def test_eager_vmap_and_derivatives_with_respect_to_the_state_compile_once():
+    """jax.vmap, jax.jacfwd and jax.grad of a function of one state, called outside any jit with
+    a known arm, run the kept program transformed (one compiled program, not one per operation):
+    a second call with new values compiles nothing and equals the same transformation jitted.
+    A derivative with respect to the arm runs as written (op by op: XLA compiles the Jacobian
+    with respect to every parameter far more slowly than it runs)."""
+    arm = jaxarm.load_arm("rp_arm")
+    rng = np.random.default_rng(4)
+    batch = lambda: [jnp.asarray(rng.uniform(-1, 1, (64, 2))) for _ in range(3)]  # noqa: E731
+    calls = {
+        "vmap inverse_dynamics": lambda q, qd, qdd: jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))(arm, q, qd, qdd),
+        "vmap forward_dynamics": lambda q, qd, qdd: jax.vmap(jaxarm.forward_dynamics, (None, 0, 0, 0))(arm, q, qd, qdd),
+        "jacfwd inverse_dynamics": lambda q, qd, qdd: jax.jacfwd(jaxarm.inverse_dynamics, argnums=(1, 2, 3))(arm, q[0], qd[0], qdd[0]),
+        "grad forward_dynamics": lambda q, qd, qdd: jax.grad(lambda q: jnp.sum(jaxarm.forward_dynamics(arm, q, qd[0], qdd[0]) ** 2))(q[0]),
+        "grad mass_matrix": lambda q, qd, qdd: jax.grad(lambda q: jnp.sum(jaxarm.mass_matrix(arm, q)))(q[0]),
+    }
+    for name, call in calls.items():
+        call(*batch())
+        with count_compiles() as again:
+            values = batch()
+            result = call(*values)
+            jax.block_until_ready(result)
+        assert len(again) == 0, (name, len(again))
+        for e, t in zip(jax.tree_util.tree_leaves(result), jax.tree_util.tree_leaves(jax.jit(call)(*values))):
+            np.testing.assert_allclose(e, t, rtol=1e-13, atol=1e-14, err_msg=name)
+    from jaxarm.dynamics import eager
+
+    kept = set(eager._PROGRAMS)
+    q, qd, qdd = batch()[0][:3]
+    gradient = jax.grad(lambda a: jnp.sum(jaxarm.inverse_dynamics(a, q, qd, qdd)))(arm)
+    assert set(eager._PROGRAMS) == kept  # run as written: no program kept for it
+    traced = jax.jit(jax.grad(lambda a: jnp.sum(jaxarm.inverse_dynamics(a, q, qd, qdd))))(arm)
+    for e, t in zip(jax.tree_util.tree_leaves(gradient), jax.tree_util.tree_leaves(traced)):
+        np.testing.assert_allclose(e, t, rtol=1e-12, atol=1e-13)

@@ -66,3 +66,30 @@ def eager() -> bool:
     except ImportError:  # pragma: no cover
         return False
     return bool(trace_state_clean()) and not jax.config.jax_disable_jit
+
+
+def transformed_eagerly(tree) -> bool:
+    """Whether the leaves of ``tree`` include tracers and every one of them belongs to
+    transformations applied outside any jit (``jax.vmap``, ``jax.jvp``, ``jax.grad``,
+    ``jax.jacfwd`` called eagerly): each chain of wrapped tracers ends at a known value, with no
+    staged program among them. A function wrapped in a ``jax.jit`` there is transformed and
+    compiled as one program; run as it is, every operation of it would be transformed and
+    dispatched on its own. False under ``jax.disable_jit()`` and where this jax cannot tell."""
+    if jax.config.jax_disable_jit or StagingTracer is jax.core.Tracer:
+        return False
+    found = False
+    for leaf in jax.tree_util.tree_leaves(tree):
+        if not isinstance(leaf, jax.core.Tracer):
+            continue
+        found = True
+        chain = list(wrapped(leaf))
+        last = chain[-1]
+        if isinstance(last, AD_TRACERS):
+            inner = getattr(last, "primal", None)
+        elif isinstance(last, BatchTracer):
+            inner = getattr(last, "val", None)
+        else:  # a staged program's tracer, or one this module does not know
+            return False
+        if inner is None or isinstance(inner, jax.core.Tracer):
+            return False
+    return found

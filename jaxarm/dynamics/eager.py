@@ -29,6 +29,7 @@ import threading
 import jax
 import numpy as np
 
+from ..core import tracers
 from ..core.xla import by_value, eager_compiled
 from ..model import checks
 
@@ -70,34 +71,49 @@ def compiled_when_eager(fn=None, *, static=()):
         settings = tuple((k, v) for k, v in given.items() if k in static)
         vectors = {k: v for k, v in given.items() if k not in static and k != arm_name}
         arm = given.get(arm_name)
-        if not (checks.concrete(arm) and checks.concrete(list(vectors.values()))):
+        known_arm = checks.concrete(arm)
+        if not (known_arm and checks.concrete(list(vectors.values()))):
+            if not (known_arm and tracers.transformed_eagerly(list(vectors.values()))):
+                return fn(*args, **kwargs)
+            # a derivative or vmap with respect to the state applied outside any jit
+            # (jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))(arm, ...)): the kept program,
+            # applied to the traced values, so that the transformation, too, is one program compiled
+            # once (checked at trace time, as inside a jit)
+            checks.check_arm(arm, func)
+            program, pass_arm = _kept(fn, settings, arm)
+        else:
+            checks.check_arm(arm, func)
+            for name, value in vectors.items():
+                if value is not None:
+                    check = checks.wrench if name in WRENCHES else functools.partial(checks.joint_vector, arm=arm)
+                    vectors[name] = check(value, name=name, func=func, xp=np)  # on the host: no dispatch
+            program, pass_arm = _kept(fn, settings, arm)
+        if program is None:  # a setting that cannot key a kept program
             return fn(*args, **kwargs)
-        checks.check_arm(arm, func)
-        for name, value in vectors.items():
-            if value is not None:
-                check = checks.wrench if name in WRENCHES else functools.partial(checks.joint_vector, arm=arm)
-                vectors[name] = check(value, name=name, func=func, xp=np)  # on the host: no dispatch
-        tree, leaves = by_value(arm)  # the arm's structure and each leaf's dtype, shape and bytes' digest
-        try:
-            structure = _Key((fn, settings, tree, tuple(leaf[:2] for leaf in leaves)))
-        except TypeError:  # a setting that cannot key a kept program
-            return fn(*args, **kwargs)
-        known = _Key((structure, leaves))
-        with _LOCK:  # (the programs are made here, compiled at their first call, outside)
-            if known not in _PROGRAMS and structure in _STRUCTURES:
-                # another arm of a structure met before: one program for every arm of it
-                program = eager_compiled(structure, lambda: _program_of_any_arm(fn, settings), store=_PROGRAMS, size=PROGRAMS_KEPT)
-                pass_arm = True
-            else:
-                program = eager_compiled(known, lambda: _program(fn, arm, settings), store=_PROGRAMS, size=PROGRAMS_KEPT)
-                _STRUCTURES.pop(structure, None)
-                _STRUCTURES[structure] = None
-                while len(_STRUCTURES) > PROGRAMS_KEPT:
-                    _STRUCTURES.popitem(last=False)
-                pass_arm = False
         return program(arm, vectors) if pass_arm else program(vectors)
 
     return call
+
+
+def _kept(fn, settings, arm):
+    """The kept program for a call of ``fn`` with these settings and this (known) arm, and
+    whether it takes the arm as an argument; (None, False) where a setting cannot key it."""
+    tree, leaves = by_value(arm)  # the arm's structure and each leaf's dtype, shape and bytes' digest
+    try:
+        structure = _Key((fn, settings, tree, tuple(leaf[:2] for leaf in leaves)))
+    except TypeError:
+        return None, False
+    known = _Key((structure, leaves))
+    with _LOCK:  # (the programs are made here, compiled at their first call, outside)
+        if known not in _PROGRAMS and structure in _STRUCTURES:
+            # another arm of a structure met before: one program for every arm of it
+            return eager_compiled(structure, lambda: _program_of_any_arm(fn, settings), store=_PROGRAMS, size=PROGRAMS_KEPT), True
+        program = eager_compiled(known, lambda: _program(fn, arm, settings), store=_PROGRAMS, size=PROGRAMS_KEPT)
+        _STRUCTURES.pop(structure, None)
+        _STRUCTURES[structure] = None
+        while len(_STRUCTURES) > PROGRAMS_KEPT:
+            _STRUCTURES.popitem(last=False)
+        return program, False
 
 
 class _Key:
