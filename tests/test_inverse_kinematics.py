@@ -109,8 +109,31 @@ def test_bad_input_is_named():
         (dict(target=np.array([np.nan, 0, 0])), "target: contains NaN"),
         (dict(target=np.zeros(3), q0=np.zeros(3)), "q0"),
         (dict(target=np.zeros(3), q0=np.zeros((2, 3))), "q0"),
+        (dict(target=np.zeros(3), q0=np.r_[np.zeros(6), np.nan]), "q0: expected finite"),
         (dict(target=np.zeros(3), tol=0.0), "tol"),
         (dict(target=np.zeros(3), max_iterations=0), "max_iterations"),
     ):
         with pytest.raises(ValueError, match=message):
             jaxarm.inverse_kinematics(arm, **kwargs)
+
+
+def test_an_eager_solve_is_kept_and_equals_the_jitted_solve():
+    """Called outside any jit, a solve runs as one compiled program kept for the next call (the
+    arm and the settings its constants): new targets and starts compile nothing, and the result
+    is the jitted solve's."""
+    from test_recompiles import count_compiles
+
+    arm = jaxarm.load_arm("puma560")
+    rng = np.random.default_rng(5)
+    targets = [jaxarm.tool_pose(arm, q) for q in _inside(arm, 3, rng, 0.5)]
+    starts = _inside(arm, 3, rng, 0.5)
+    jaxarm.inverse_kinematics(arm, targets[0], starts[0])
+    with count_compiles() as again:
+        results = [jaxarm.inverse_kinematics(arm, T, q0) for T, q0 in zip(targets[1:], starts[1:])]
+        jax.block_until_ready(results)
+    assert len(again) == 0
+    solve = jax.jit(lambda T, q0: jaxarm.inverse_kinematics(arm, T, q0))
+    for T, q0, result in zip(targets[1:], starts[1:], results):
+        ref = solve(T, jnp.asarray(q0))
+        np.testing.assert_allclose(np.asarray(result.q), np.asarray(ref.q), rtol=0, atol=1e-12)
+        assert bool(result.converged) == bool(ref.converged) and int(result.iterations) == int(ref.iterations)

@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..core import tracers
+from ..core.xla import by_value, eager_compiled, jit
 from ..dynamics.kinematics import jacobian, tool_pose
 from ..model import checks
 from ..model.arm import Arm
@@ -129,6 +131,11 @@ def inverse_kinematics(
     for name, value in (("tol", tol), ("rotation_tol", rotation_tol), ("damping", damping), ("max_step", max_step)):
         if checks.concrete(value) and not float(value) > 0:
             raise ValueError(f"{func}: {name}: expected a positive number, got {value!r}")
+    if tracers.eager():  # called in a plain Python loop: one compiled solve, kept
+        result = _kept_solve(arm, target, q0, dict(max_iterations=max_iterations, tol=tol, rotation_tol=rotation_tol,
+                                                    damping=damping, max_step=max_step, joint_limits=joint_limits))
+        if result is not None:
+            return result
     dtype = jnp.result_type(target.dtype, float)
     lower, upper = _limits(arm, dtype)
     if not joint_limits:
@@ -195,3 +202,20 @@ def inverse_kinematics(
     q, e, k = jax.lax.while_loop(cond, body, (q0, error(q0), jnp.zeros((), jnp.int32)))
     ep, er = norms(e)
     return IKResult(q=q, position_error=ep, rotation_error=er, iterations=k, converged=done(e))
+
+
+def _kept_solve(arm, target, q0, settings):
+    """:func:`inverse_kinematics` called eagerly (outside any jit, vmap or derivative), answered
+    by a compiled solve kept for the next call (:func:`jaxarm.core.xla.eager_compiled`): the arm
+    (known by value) and the settings its constants, the target and the starting guesses its
+    arguments. Run op by op, every call traced and dispatched the iteration again (a Puma 560 pose:
+    0.75 s a call); kept, a call after the first takes what a jitted solve takes. None where a
+    setting cannot key a kept program (the solve then runs as called)."""
+    settings = tuple(sorted((k, v.item() if isinstance(v, np.generic) else v) for k, v in settings.items()))
+    if q0 is not None:
+        q0 = np.asarray(q0)
+        if np.issubdtype(q0.dtype, np.number) and not np.all(np.isfinite(q0)):  # (inside the program it is traced)
+            raise ValueError(f"inverse_kinematics: q0: expected finite values, got non-finite entries at {np.argwhere(~np.isfinite(q0)).tolist()}")
+    key = ("inverse_kinematics", by_value(arm), settings, q0 is None)
+    solve = eager_compiled(key, lambda: jit(lambda target, q0: inverse_kinematics(arm, target, q0, **dict(settings))))
+    return None if solve is None else solve(target, q0)
