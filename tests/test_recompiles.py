@@ -202,6 +202,7 @@ def test_eager_dynamics_compile_whole_once_per_arm_structure_and_equal_the_trace
         "kinetic_energy": lambda a, q: jaxarm.kinetic_energy(a, q, qd),
         "potential_energy": lambda a, q: jaxarm.potential_energy(a, q),
         "friction_torques": lambda a, q: jaxarm.friction_torques(a, qd + q),
+        "state_derivative": lambda a, q: jaxarm.linearize.state_derivative(a, jnp.concatenate([jnp.asarray(q), qd]), qdd),
     }
     q_list = list(q + 0.2)
     jnp.asarray(q_list)  # (a list's first conversion compiles a program of its own)
@@ -230,6 +231,8 @@ def test_eager_dynamics_compile_whole_once_per_arm_structure_and_equal_the_trace
             jaxarm.jacobian(arm, q, frame="world")
         with pytest.raises(TypeError, match="jaxarm.Arm"):
             jaxarm.mass_matrix({"links": None}, q)
+        with pytest.raises(ValueError, match=r"state_derivative: x\[n:\] \(qd\): expected finite values"):
+            jaxarm.linearize.state_derivative(arm, np.array([0.1, 0.2, 0.3, np.inf]), qdd)
     assert len(bad) == 0
 
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core.xla import jit as _xla_jit
 from ..dynamics import motors
+from ..dynamics.eager import compiled_when_eager
 from ..dynamics.forward import _forward_dynamics
 from ..dynamics.newton_euler import _inverse_dynamics
 from ..model import checks
@@ -139,6 +140,7 @@ def _state_derivative(arm, x, u, input="torque", f_ext=None, saturate=True):
     return jnp.concatenate([qd, qdd])
 
 
+@compiled_when_eager(static=("input", "saturate"), states=("x",))
 def state_derivative(arm: Arm, x, u, *, input: str = "torque", f_ext=None, saturate: bool = True):
     """xdot = (qd, qdd) (2n,) of the state x = (q, qd) (2n,) under input u (n,).
 
@@ -149,15 +151,10 @@ def state_derivative(arm: Arm, x, u, *, input: str = "torque", f_ext=None, satur
     func = "state_derivative"
     checks.check_arm(arm, func)
     _check_input_kind(arm, input, func)
-    n = arm.n
-    x = jnp.asarray(x)
-    if x.shape != (2 * n,):
-        raise ValueError(f"{func}: x: expected shape ({2 * n},) = (q, qd) stacked, got {x.shape}")
-    checks.joint_vector(x[:n], arm, "x[:n] (q)", func)
-    checks.joint_vector(x[n:], arm, "x[n:] (qd)", func)
+    x = checks.state_vector(x, arm, "x", func)
     u = checks.joint_vector(u, arm, "u", func)
     f_ext = checks.wrench(f_ext, "f_ext", func)
-    return _state_derivative(arm, x.astype(jnp.result_type(x.dtype, float)), u, input, f_ext, saturate)
+    return _state_derivative(arm, x, u, input, f_ext, saturate)
 
 
 def _step(arm, x, u, dt, fe, method, input, saturate):

@@ -47,17 +47,18 @@ _STRUCTURES = collections.OrderedDict()
 _LOCK = threading.Lock()
 
 
-def compiled_when_eager(fn=None, *, static=()):
-    """Decorate ``fn(arm, *vectors)`` (each vector a per-joint array, or a wrench named in
-    :data:`WRENCHES`; ``static``: names of arguments that are Python settings, constants of the
-    compiled program). Called with no leaf of its arguments traced, it checks them on their
-    values (the arm with :func:`jaxarm.model.checks.check_arm`, each vector with
-    :func:`~jaxarm.model.checks.joint_vector` or :func:`~jaxarm.model.checks.wrench`, so bad
+def compiled_when_eager(fn=None, *, static=(), states=()):
+    """Decorate ``fn(arm, *vectors)`` (each vector a per-joint array, a wrench named in
+    :data:`WRENCHES` or a state (q, qd) named in ``states``; ``static``: names of arguments that
+    are Python settings, constants of the compiled program). Called with no leaf of its arguments
+    traced, it checks them on their values (the arm with :func:`jaxarm.model.checks.check_arm`,
+    each vector with :func:`~jaxarm.model.checks.joint_vector`, :func:`~jaxarm.model.checks.wrench`
+    or :func:`~jaxarm.model.checks.state_vector`, so bad
     input is reported as it is when traced, before anything compiles) and runs ``fn`` as one
     compiled program kept for the next call (the settings its constants, the vectors its
     arguments, the arm as the module's description says); otherwise it runs ``fn`` itself. ``fn.__wrapped__`` is the function as written."""
     if fn is None:
-        return functools.partial(compiled_when_eager, static=static)
+        return functools.partial(compiled_when_eager, static=static, states=states)
     signature = inspect.signature(fn)
     arm_name = next(iter(signature.parameters))
     func = fn.__name__
@@ -85,7 +86,8 @@ def compiled_when_eager(fn=None, *, static=()):
             checks.check_arm(arm, func)
             for name, value in vectors.items():
                 if value is not None:
-                    check = checks.wrench if name in WRENCHES else functools.partial(checks.joint_vector, arm=arm)
+                    check = (checks.wrench if name in WRENCHES else functools.partial(
+                        checks.state_vector if name in states else checks.joint_vector, arm=arm))
                     vectors[name] = check(value, name=name, func=func, xp=np)  # on the host: no dispatch
             program, pass_arm = _kept(fn, settings, arm)
         if program is None:  # a setting that cannot key a kept program

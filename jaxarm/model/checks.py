@@ -79,6 +79,18 @@ def joint_vector(x, arm, name: str, func: str, *, allow_none: bool = False, xp=j
     return x
 
 
+def state_vector(x, arm, name: str, func: str, *, xp=jnp):
+    """Validate a state x = (q, qd): shape (2n,), real values, finite when concrete; an array of
+    ``xp``, floating."""
+    n = arm.n
+    x = xp.asarray(x)
+    if x.shape != (2 * n,):
+        raise ValueError(f"{func}: {name}: expected shape ({2 * n},) = (q, qd) stacked, got {x.shape}")
+    q = joint_vector(x[:n], arm, f"{name}[:n] (q)", func, xp=xp)
+    qd = joint_vector(x[n:], arm, f"{name}[n:] (qd)", func, xp=xp)
+    return xp.concatenate([q, qd]).astype(jnp.result_type(q.dtype, float))
+
+
 def wrench(x, name: str, func: str, *, xp=jnp):
     """Validate an external wrench (force, moment): shape (6,), finite when concrete; an array
     of ``xp``."""
