@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core import tracers
-from ..core.xla import by_value, eager_compiled, jit
+from ..core.xla import by_value, eager_compiled, jit, split_settings
 from ..dynamics.kinematics import jacobian, tool_pose
 from ..model import checks
 from ..model.arm import Arm
@@ -211,7 +211,9 @@ def _kept_solve(arm, target, q0, settings):
     arguments. Run op by op, every call traced and dispatched the iteration again (a Puma 560 pose:
     0.75 s a call); kept, a call after the first takes what a jitted solve takes. None where a
     setting cannot key a kept program (the solve then runs as called)."""
-    settings = tuple(sorted((k, v.item() if isinstance(v, np.generic) else v) for k, v in settings.items()))
+    settings, arrays = split_settings(settings)
+    if arrays:  # a setting given as an array cannot key a kept program
+        return None
     if q0 is not None:
         q0 = np.asarray(q0)
         if np.issubdtype(q0.dtype, np.number) and not np.all(np.isfinite(q0)):  # (inside the program it is traced)

@@ -82,14 +82,13 @@ def transformed_eagerly(tree) -> bool:
         if not isinstance(leaf, jax.core.Tracer):
             continue
         found = True
-        chain = list(wrapped(leaf))
-        last = chain[-1]
+        last = list(wrapped(leaf))[-1]  # (what it wraps is no tracer, or it is not a vmap's or derivative's)
         if isinstance(last, AD_TRACERS):
             inner = getattr(last, "primal", None)
         elif isinstance(last, BatchTracer):
             inner = getattr(last, "val", None)
         else:  # a staged program's tracer, or one this module does not know
             return False
-        if inner is None or isinstance(inner, jax.core.Tracer):
+        if inner is None:
             return False
     return found

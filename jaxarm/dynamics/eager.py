@@ -80,24 +80,22 @@ def compiled_when_eager(fn=None, *, static=(), states=()):
         settings = tuple((k, v) for k, v in given.items() if k in static)
         vectors = {k: v for k, v in given.items() if k not in static and k != arm_name}
         arm = given.get(arm_name)
-        known_arm = checks.concrete(arm)
-        if not (known_arm and checks.concrete(list(vectors.values()))):
-            if not (known_arm and tracers.transformed_eagerly(list(vectors.values()))):
-                return fn(*args, **kwargs)
-            # a derivative or vmap with respect to the state applied outside any jit
-            # (jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))(arm, ...)): the kept program,
-            # applied to the traced values, so that the transformation, too, is one program compiled
-            # once (checked at trace time, as inside a jit)
-            checks.check_arm(arm, func)
-            program, pass_arm = _kept(fn, settings, arm)
-        else:
-            checks.check_arm(arm, func)
+        if not checks.concrete(arm):
+            return fn(*args, **kwargs)
+        checks.check_arm(arm, func)
+        if checks.concrete(list(vectors.values())):
             for name, value in vectors.items():
                 if value is not None:
                     check = (checks.wrench if name in WRENCHES else functools.partial(
                         checks.state_vector if name in states else checks.joint_vector, arm=arm))
                     vectors[name] = check(value, name=name, func=func, xp=np)  # on the host: no dispatch
-            program, pass_arm = _kept(fn, settings, arm)
+        elif not tracers.transformed_eagerly(list(vectors.values())):
+            return fn(*args, **kwargs)
+        # (traced vectors: a derivative or vmap with respect to the state applied outside any jit,
+        # jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))(arm, ...): the kept program, applied to
+        # the traced values, so that the transformation, too, is one program compiled once; they
+        # are checked at trace time, as inside a jit)
+        program, pass_arm = _kept(fn, settings, arm)
         if program is None:  # a setting that cannot key a kept program
             return fn(*args, **kwargs)
         return program(arm, vectors) if pass_arm else program(vectors)
