@@ -6,6 +6,8 @@ tell apart are reported as absent and the programs keep their default forms."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 try:  # forward- and reverse-mode differentiation, vmap's (which may wrap them), a staged program's
     from jax._src.interpreters.ad import JVPTracer
@@ -19,6 +21,17 @@ try:  # forward- and reverse-mode differentiation, vmap's (which may wrap them),
         AD_TRACERS, REVERSE_TRACERS = (JVPTracer,), ()
 except ImportError:  # pragma: no cover
     AD_TRACERS, REVERSE_TRACERS, BatchTracer, StagingTracer = (), (), (), jax.core.Tracer
+
+
+def strong(x):
+    """``x`` as an array without JAX's weak type (``jnp.full(shape, 0.1)`` is weakly typed, and a
+    weak and a strong array of the same shape and dtype compile separately): the same shapes and
+    dtypes always reuse one compiled kernel."""
+    x = jnp.asarray(x)
+    if not getattr(x, "weak_type", False):
+        return x
+    # a concrete array goes through NumPy (an eager astype would compile a small program of its own)
+    return x.astype(x.dtype) if isinstance(x, jax.core.Tracer) else jnp.asarray(np.asarray(x))
 
 
 def wrapped(x):

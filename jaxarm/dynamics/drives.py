@@ -21,18 +21,20 @@ def _reflected_inertia(arm: Arm):
     return G * G * jnp.asarray(arm.drives.rotor_inertia)
 
 
-def _direction(qd, scale):
+def _direction(qd, scale, xp=jnp):
     """sign(qd), or tanh(qd / scale) where a smoothing velocity scale is set (> 0); where the
-    scales are known, only the form they choose is computed."""
+    scales are known, only the form they choose is computed. ``xp=np`` computes it with NumPy
+    (known samples on the host, as the identification's model selection has: no program per
+    sample count)."""
     if checks.concrete(scale) and _MODELS_BY_FIELD:
         smooth = np.asarray(scale) > 0
         if not np.any(smooth):
-            return jnp.sign(qd)
+            return xp.sign(qd)
         if np.all(smooth):
-            return jnp.tanh(qd / jnp.asarray(scale))
-    scale = jnp.asarray(scale)
-    safe = jnp.where(scale > 0, scale, 1.0)
-    return jnp.where(scale > 0, jnp.tanh(qd / safe), jnp.sign(qd))
+            return xp.tanh(qd / xp.asarray(scale))
+    scale = xp.asarray(scale)
+    safe = xp.where(scale > 0, scale, 1.0)
+    return xp.where(scale > 0, xp.tanh(qd / safe), xp.sign(qd))
 
 
 @compiled_when_eager

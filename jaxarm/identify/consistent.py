@@ -77,6 +77,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..core.tracers import strong
 from ..dynamics.drives import friction_torques
 from ..model.arm import Arm, make_arm
 from ..model.consistency import check_link, consistency_report, pseudo_inertia
@@ -692,7 +693,7 @@ def _fit_consistent_weights(arm, q, qd, qdd, tau, regularizations, *, prior, fri
     if cfg.fit_stribeck:
         vs = np.where(stribeck_free, stribeck_velocity, 1.0)
         e = np.where(stribeck_free, np.exp(-((qd / vs) ** 2)), 0.0)
-        direction = np.asarray(_coulomb_direction(base_arm, qd))
+        direction = _coulomb_direction(base_arm, qd, xp=np)
         for j in np.flatnonzero(stribeck_free):
             Y[:, :, 10 * n + 4 * j + 2] *= (1.0 - e[:, j])[:, None]  # fc s (1 - e)
             Y[:, :, 10 * n + 4 * j + 3] *= (1.0 - e[:, j])[:, None]  # fo |s| (1 - e)
@@ -742,7 +743,7 @@ def _fit_consistent_weights(arm, q, qd, qdd, tau, regularizations, *, prior, fri
         "J_prior_inv": np.linalg.inv(np.asarray(log_cholesky_to_pseudo_inertia(theta_prior))),
         "logdet_prior": 2.0 * (4.0 * theta_prior[:, 0] + theta_prior[:, 1:4].sum(axis=1)),
         "drives_prior_raw": drive_raw(drives_prior), "sigmoid_prior_raw": sigmoid_raw(phi_prior),
-        "stribeck_free": stribeck_free, "stribeck_column": stribeck_column,
+        "stribeck_free": stribeck_free,
         "stribeck_prior_raw": _softplus_inverse(S_prior / s_tau),
         "bounds": _bound_arrays(bounds)[1],
     }
@@ -766,7 +767,9 @@ def _fit_consistent_weights(arm, q, qd, qdd, tau, regularizations, *, prior, fri
             # restart_every iterations, so the scaling follows the nonlinear map).
             T = _preconditioner(v, consts, cfg)
             y = jnp.zeros_like(v)
-            state = _solver(cfg.memory_size).init(y)
+            # optax's fresh state has weakly typed scalars, its updated state strong ones: made
+            # strong here, every segment reuses the one compiled step
+            state = jax.tree_util.tree_map(strong, _solver(cfg.memory_size).init(y))
             for _ in range(min(int(restart_every), int(max_steps) - k)):
                 y_new, state_new, value, g = _step(y, state, v, T, consts, cfg)
                 value, g = float(value), float(g)

@@ -190,9 +190,10 @@ def _bodies_from_parameters(bodies: Bodies, block):
     return bodies._replace(mass=m, first_moment=hR + m[:, None] * p, inertia_origin=I_b)
 
 
-def _coulomb_direction(arm: Arm, qd):
-    """The arm's Coulomb direction s(qd): sign, or tanh(qd / scale) where a scale is set."""
-    return drives_mod._direction(qd, arm.drives.coulomb_velocity_scale)
+def _coulomb_direction(arm: Arm, qd, xp=jnp):
+    """The arm's Coulomb direction s(qd): sign, or tanh(qd / scale) where a scale is set
+    (``xp=np``: computed by NumPy, for known samples)."""
+    return drives_mod._direction(qd, arm.drives.coulomb_velocity_scale, xp=xp)
 
 
 def _linear_torques(arm: Arm, q, qd, qdd, pi, drives: bool):
@@ -233,13 +234,15 @@ def _known_one(arm: Arm, q, qd, qdd, drives: bool):
 
 
 def _states(arm: Arm, q, qd, qdd, func: str):
-    """Validate (q, qd, qdd): each (n,) or each (N, n). Returns jnp arrays and whether batched."""
+    """Validate (q, qd, qdd): each (n,) or each (N, n). Returns the arrays (traced ones as they
+    are, known ones as NumPy arrays: no device copy, whose program is compiled per shape) and
+    whether batched."""
     checks.check_arm(arm, func)
     arrays = []
     for name, x in (("q", q), ("qd", qd), ("qdd", qdd)):
         if x is None:
             raise ValueError(f"{func}: {name}: expected an array of shape ({arm.n},) or (N, {arm.n}), got None")
-        x = jnp.asarray(x)
+        x = x if isinstance(x, jax.core.Tracer) else np.asarray(x)
         if x.ndim not in (1, 2) or x.shape[-1] != arm.n:
             raise ValueError(f"{func}: {name}: expected shape ({arm.n},) or (N, {arm.n}) for this {arm.n}-joint arm, got {x.shape}")
         if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)):
@@ -291,10 +294,12 @@ def _chunked(kernel, arm, q, qd, qdd, *static):
         if padded > size:
             parts = [np.concatenate([x, np.repeat(x[-1:], padded - size, axis=0)]) for x in parts]
         result = kernel(arm, *parts, *static)
-        out.append(result if size == padded else jax.tree_util.tree_map(lambda x: x[:size], result))
-    if len(out) == 1:
-        return out[0]
-    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *out)
+        if size == padded and N <= _CHUNK:
+            return result  # one whole chunk: the kernel's arrays as they are
+        # the padding cut off and the chunks joined on the host, too (a device array cut at each
+        # length, or joined from each number of chunks, is one more small program per count)
+        out.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[:size], result))
+    return jax.tree_util.tree_map(lambda *xs: jax.device_put(np.concatenate(xs)), *out)
 
 
 def _linear_model(arm, q, qd, qdd, drives: bool, func: str):

@@ -185,7 +185,7 @@ class _CrossValidation:
             rows = [(self.X[m, j], target[m, j]) for m in masks]
             for scale, vs in models:
                 if scale not in directions:
-                    directions[scale] = np.asarray(_direction(dq, scale))
+                    directions[scale] = _direction(np.asarray(dq), scale, xp=np)
                 d = directions[scale][:, j]
                 e = np.exp(-((dq[:, j] / vs) ** 2)) if vs > 0 else np.zeros(K)
                 cols = [d * (1.0 - e), np.abs(d) * (1.0 - e)] + ([d * e] if vs > 0 else [])

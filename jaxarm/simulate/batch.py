@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..core import xla as _xla
+from ..core.tracers import strong as _strong
 from ..model import checks
 from ..model.arm import Arm
 from .rollouts import Trajectory, check_divergence, rollout
@@ -92,17 +93,6 @@ def _kernel(arm, q0, qd0, schedule, dt, traced, *, policy, arm_batched, inputs_b
 
     in_axes = (0 if arm_batched else None, 0, 0, 0 if inputs_batched else None)
     return jax.vmap(one, in_axes=in_axes)(arm, q0, qd0, schedule)
-
-
-def _strong(x):
-    """``x`` as an array without JAX's weak type (``jnp.full(shape, 0.1)`` is weakly typed, and a
-    weak and a strong array of the same shape and dtype compile separately): the same shapes and
-    dtypes always reuse one compiled kernel."""
-    x = jnp.asarray(x)
-    if not getattr(x, "weak_type", False):
-        return x
-    # a concrete array goes through NumPy (an eager astype would compile a small program of its own)
-    return jnp.asarray(np.asarray(x)) if checks.concrete(x) else x.astype(x.dtype)
 
 
 def rollout_batch(

@@ -43,7 +43,7 @@ from ....core import tracers
 from ....core.xla import _jaxpr_function, eager_compiled, jit, split_settings
 from ....dynamics import linalg
 from ....model import checks
-from ....simulate.batch import _strong
+from ....core.tracers import strong as _strong
 from ...step_jacobians import _EULER, _TABLEAUS, _accel_factored, _step_accel, _step_jacobians, _step_second_derivatives
 from ..ocp import OCP, _finite, _kept_key, solver_arm
 from .implicit import solution_vjp
