@@ -275,8 +275,9 @@ def test_eager_vmap_and_derivatives_with_respect_to_the_state_compile_once():
 def test_identification_of_a_log_of_another_length_compiles_nothing_new():
     """The regressor, the torque prediction and fit_consistent on a log of another sample count
     (cross-validation folds, a log cut at a validation time) reuse what the first log compiled:
-    the regressor's kernel pads its chunks to fixed sizes and cuts them on the host, and the
-    fit's compiled step depends on the parameter count only (its data reduced by QR)."""
+    the regressor's kernel pads its chunks to fixed sizes and cuts them on the host (a small
+    batch reuses the full chunk's program once that is compiled), and the fit's compiled step
+    depends on the parameter count only (its data reduced by QR)."""
     from jaxarm.consistent_identification import fit_consistent
     from jaxarm.identification import predict_torques, random_states, regressor
 
@@ -286,7 +287,9 @@ def test_identification_of_a_log_of_another_length_compiles_nothing_new():
     fit_consistent(arm, q[:400], qd[:400], qdd[:400], tau[:400], max_steps=5)
     with count_compiles() as events:
         Y = regressor(arm, q, qd, qdd)
+        Y_small = regressor(arm, q[:60], qd[:60], qdd[:60])
         predict_torques(arm, q[:650], qd[:650], qdd[:650])
         fit = fit_consistent(arm, q[:550], qd[:550], qdd[:550], tau[:550], max_steps=5)
     assert len(events) == 0, f"{len(events)} new compiles"
     assert Y.shape == (700, 2, 28) and fit.iterations == 5
+    np.testing.assert_array_equal(np.asarray(Y_small), np.asarray(Y)[:60])

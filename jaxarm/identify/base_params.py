@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 
 from ..model import checks
@@ -61,7 +62,8 @@ def grouping_order(arm: Arm, drives: bool = True) -> list[int]:
     A joint axis not along a link-frame axis is treated like z."""
     checks.check_arm(arm, "grouping_order")
     names = parameter_names(arm, drives)
-    axes = np.asarray(body_model(arm).link_rotation)[:, 2, :]  # joint axis (body z) in link frame i
+    # joint axis (body z) in link frame i; the body model computed by NumPy (no programs to compile)
+    axes = body_model(jax.tree_util.tree_map(np.asarray, arm), xp=np).link_rotation[:, 2, :]
     last = set()
     for i, rev in enumerate(arm.is_revolute):
         if not rev:

@@ -556,7 +556,7 @@ def _canonical(arm: Arm) -> _Canonical:
         raise ValueError(f"arm: expected a single arm, got leaves with a batch axis (links.mass shape {np.shape(arm.links.mass)})")
     with jax.enable_x64(True):  # exact float64 whatever the global setting
         arm64 = jax.tree_util.tree_map(lambda x: np.asarray(x, dtype=np.float64), arm)
-        b = jax.tree_util.tree_map(np.asarray, body_model(arm64))
+        b = body_model(arm64, xp=np)
     mass = b.mass
     safe = np.where(mass > 0, mass, 1.0)
     com = np.where(mass[:, None] > 0, b.first_moment / safe[:, None], 0.0)
