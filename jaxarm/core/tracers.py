@@ -6,7 +6,6 @@ tell apart are reported as absent and the programs keep their default forms."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 try:  # forward- and reverse-mode differentiation, vmap's (which may wrap them), a staged program's
@@ -27,11 +26,13 @@ def strong(x):
     """``x`` as an array without JAX's weak type (``jnp.full(shape, 0.1)`` is weakly typed, and a
     weak and a strong array of the same shape and dtype compile separately): the same shapes and
     dtypes always reuse one compiled kernel."""
-    x = jnp.asarray(x)
-    if not getattr(x, "weak_type", False):
+    if isinstance(x, jax.core.Tracer):
+        return x.astype(x.dtype) if x.weak_type else x
+    if isinstance(x, jax.Array) and not x.weak_type:
         return x
-    # a concrete array goes through NumPy (an eager astype would compile a small program of its own)
-    return x.astype(x.dtype) if isinstance(x, jax.core.Tracer) else jnp.asarray(np.asarray(x))
+    # a known value goes through NumPy and device_put (an eager astype, or jnp.asarray, would
+    # compile a small program of its own for each shape and dtype)
+    return jax.device_put(np.asarray(x))
 
 
 def wrapped(x):
