@@ -210,6 +210,30 @@ def test_grad_wrt_arm_matches_finite_differences():
         assert abs(g - fd) <= 1e-6 * max(abs(fd), 1.0), f"{'.'.join(path)}[{index}]: grad {g} vs finite difference {fd}"
 
 
+def test_jacobian_with_respect_to_the_whole_arm_is_computed_once_under_jit():
+    """jax.jit(jax.jacfwd(f)) with respect to every leaf of the arm equals the op-by-op Jacobian
+    to round-off (the identity product that ends the expression is exact), and the compiled program
+    computes the expression once, not once per arm leaf: the undecorated function's program is
+    several times larger (the two-link arm's inverse dynamics: 4.1 MB of optimized HLO against
+    0.34 MB)."""
+    arm = jaxarm.load_arm("two_link_planar")
+    q, qd, qdd = random_state(12, arm.n)
+    f = jaxarm.inverse_dynamics
+    jac = jax.jit(jax.jacfwd(lambda a: f(a, q, qd, qdd)))
+    compiled = jac.lower(arm).compile()
+    unfenced = jax.jit(jax.jacfwd(lambda a: f.__wrapped__(a, q, qd, qdd))).lower(arm).compile()
+    op_by_op = jax.jacfwd(lambda a: f.__wrapped__(a, q, qd, qdd))(arm)
+    for got, want in zip(jax.tree_util.tree_leaves(compiled(arm)), jax.tree_util.tree_leaves(op_by_op)):
+        assert_close(got, want, 1e-13, "d tau / d arm")
+    assert 4 * len(compiled.as_text()) < len(unfenced.as_text()), (len(compiled.as_text()), len(unfenced.as_text()))
+    # reverse mode, vmap over arms and derivatives with respect to the state are left as they are
+    fence = "precision = [HIGHEST, HIGHEST]"
+    assert fence in jac.lower(arm).as_text()
+    for g, x in ((jax.grad(lambda a: jnp.sum(f(a, q, qd, qdd))), arm), (jax.jacfwd(lambda v: f(arm, v, qd, qdd)), q),
+                 (jax.vmap(lambda a: f(a, q, qd, qdd)), jaxarm.stack_arms([arm, arm]))):
+        assert fence not in jax.jit(g).lower(x).as_text()
+
+
 # --------------------------------------------------------------------------------------
 # float32
 

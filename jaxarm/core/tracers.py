@@ -71,6 +71,17 @@ def batch_size(x) -> int:
     return int(x.val.shape[dim]) if isinstance(dim, int) else 0
 
 
+def forward_basis(tree) -> bool:
+    """Whether some leaf of ``tree`` is differentiated in forward mode along a batch of
+    directions: ``jax.jacfwd`` (or ``jax.hessian``) with respect to it, which runs a jvp whose
+    tangents are a vmap over the basis. False where this jax cannot tell."""
+    for leaf in jax.tree_util.tree_leaves(tree):
+        for t in wrapped(leaf):
+            if isinstance(t, AD_TRACERS) and isinstance(getattr(t, "tangent", None), BatchTracer):
+                return True
+    return False
+
+
 def eager() -> bool:
     """Whether the caller runs outside every jax transformation (no jit, vmap or derivative is
     being traced) with jits enabled, so that a program compiled now would run at once. False
