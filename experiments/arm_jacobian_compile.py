@@ -5,7 +5,8 @@ parameter of the arm at once (a vmap over their basis) and cuts the result into 
 leaf. Without a fence XLA fuses the whole component-wise expression into each block and computes
 it once per leaf; jaxarm's functions end it with an exact product by the identity when they see
 that transformation (``jaxarm.dynamics.eager._fenced``). This script compiles both forms in one
-process (``unfenced`` calls the undecorated function, ``fn.__wrapped__``), checks that they agree,
+process (``unfenced`` calls the undecorated function, ``fn.__wrapped__``, whose output is not
+ended so; forward dynamics keeps the product inside it, before its solve), checks that they agree,
 and prints one JSON line per arm, function and form: compile time, optimized program size and
 time per call.
 

@@ -9,10 +9,11 @@ import numpy as np
 from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
 
+from ..core import tracers
 from ..model import checks
 from ..model.arm import Arm
 from . import drives, linalg
-from .algebra import _vec, cotangent_once, entries, per_state_entries, vector
+from .algebra import _dot_identity, _vec, cotangent_once, entries, per_state_entries, vector
 from .composite_body import composite_mass_matrix
 from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
@@ -90,6 +91,11 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
         rhs = jnp.zeros_like(qdd) if isinstance(dtau, SymbolicZero) else dtau.astype(qdd.dtype)
         if moving:
             _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
+            if any(i < k and isinstance(d_all[i], tracers.BatchTracer) for i in moving):
+                # jax.jacfwd with respect to the arm: the tangent of Newton-Euler along every
+                # parameter, computed once into an array before the solve reads it (without it
+                # XLA fuses that expression into each of the solve's rows; eager._fenced)
+                did = _dot_identity(did)
             rhs = rhs - did.astype(qdd.dtype)
         # in reverse mode, lambda = M^-T qdd-bar (qdd-bar: the cotangent of qdd) computed once into an
         # array (the cotangent of rhs), which the torques' cotangent and Newton-Euler's reverse pass read;
