@@ -68,7 +68,9 @@ def compiled_when_eager(fn=None, *, static=(), states=()):
     compiled program kept for the next call (the settings its constants, the vectors its
     arguments, the arm as the module's description says). Called with a known arm under a vmap
     or derivative applied outside any jit, it runs that kept program on the traced vectors.
-    Otherwise it runs ``fn`` itself, which ``fn.__wrapped__`` is too."""
+    Otherwise it runs ``fn`` itself, which ``fn.__wrapped__`` is too (with a traced arm that
+    carries a forward-mode basis, ``jax.jacfwd`` with respect to it, its output ended by
+    :func:`_fenced`)."""
     if fn is None:
         return functools.partial(compiled_when_eager, static=static, states=states)
     signature = inspect.signature(fn)
@@ -109,15 +111,17 @@ def compiled_when_eager(fn=None, *, static=(), states=()):
 
 
 def _fenced(out):
-    """``out`` (each floating array) multiplied by the identity on its last axis, exactly.
+    """``out`` (each floating array) multiplied by the identity on its last axis: the same numbers
+    where they are finite (an infinite entry makes its row NaN, 0 * inf).
 
     Under ``jax.jacfwd`` with respect to the arm, every output is a vmap over the basis of the
     arm's parameters, and the component algebra makes it one long elementwise expression; jacfwd
     then cuts the result into one block per arm leaf, and XLA fuses the whole expression into each
     of those slices, computing it once per leaf (the Puma 560's inverse dynamics: 27 copies, an
-    optimized program of 20 MB that XLA:CPU compiles in 41 s). XLA fuses no elementwise producer
-    into a dot, so the product ends the expression there: computed once, then cut (compiled in
-    7.2 s, 5.7 MB, and 0.8 ms a call instead of 1.3 ms; ``experiments/arm_jacobian_compile.py``).
+    optimized program of 20 MB that XLA:CPU compiles in 41-55 s). XLA fuses no elementwise
+    producer into a dot, so the product ends the expression there: computed once, then cut
+    (compiled in 7-8 s, 6 MB, and 0.86 ms a call instead of 1.39 ms;
+    ``experiments/arm_jacobian_compile.py``).
     The optimization barrier that would say this directly is dropped by XLA:CPU."""
     def one(x):
         if not hasattr(x, "dtype") or x.ndim == 0 or x.size == 0 or not jnp.issubdtype(x.dtype, jnp.inexact):
