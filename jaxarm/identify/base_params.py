@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
+from ..dynamics.kinematics import _body_model_numpy
 from ..model import checks
-from ..model.arm import Arm, body_model
+from ..model.arm import Arm
 from .linear_model import LINK_PARAMETERS, IdentificationError, parameter_names
 
 
@@ -62,8 +62,7 @@ def grouping_order(arm: Arm, drives: bool = True) -> list[int]:
     A joint axis not along a link-frame axis is treated like z."""
     checks.check_arm(arm, "grouping_order")
     names = parameter_names(arm, drives)
-    # joint axis (body z) in link frame i; the body model computed by NumPy (no programs to compile)
-    axes = body_model(jax.tree_util.tree_map(np.asarray, arm), xp=np).link_rotation[:, 2, :]
+    axes = _body_model_numpy(arm).link_rotation[:, 2, :]  # joint axis (body z) in link frame i
     last = set()
     for i, rev in enumerate(arm.is_revolute):
         if not rev:

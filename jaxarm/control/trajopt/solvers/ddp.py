@@ -43,7 +43,6 @@ from ....core import tracers
 from ....core.xla import _jaxpr_function, eager_compiled, jit, split_settings
 from ....dynamics import linalg
 from ....model import checks
-from ....core.tracers import strong as _strong
 from ...step_jacobians import _EULER, _TABLEAUS, _accel_factored, _step_accel, _step_jacobians, _step_second_derivatives
 from ..ocp import OCP, _finite, _kept_key, solver_arm
 from .implicit import solution_vjp
@@ -450,7 +449,7 @@ def ddp(
                        qdd=_reported_accelerations(problem, xs, us, acc[:, 0] if stages else acc))
     # no weakly typed leaves (the counters start from Python ints): a result fed back as a warm
     # start (mpc_step) must not compile the solver a second time
-    return jax.tree_util.tree_map(_strong, result)
+    return jax.tree_util.tree_map(tracers.strong, result)
 
 
 def _compiled(given):
