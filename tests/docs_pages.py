@@ -81,6 +81,10 @@ def run_page(path, workdir, timeout: float = 600.0, cache_dir=None):
     start = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), MPLBACKEND="Agg",
                JAXARM_CACHE_DIR="off", PYTHONUNBUFFERED="1")
+    # as a user runs the page: without the optimization level the test suite compiles with (conftest.py)
+    added = env.pop("JAXARM_TEST_UNOPTIMIZED", None)
+    if added:
+        env["XLA_FLAGS"] = env.get("XLA_FLAGS", "").replace(added, "").strip()
     if cache_dir is not None:
         env.update(JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
     r = subprocess.run([sys.executable, "-c", page_script(path)], cwd=workdir, env=env, capture_output=True, text=True,
