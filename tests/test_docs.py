@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -50,6 +51,23 @@ def test_blocks_run_elsewhere_are_run_there():
                 assert test.is_file(), f"{page}: {line.strip()}: no such test file"
                 text = test.read_text()
                 assert "block_run_by" in text and page in text, f"{page}: {test.name} does not run the block"
+
+
+def test_a_page_runs_with_the_users_xla_flags_not_the_suites(tmp_path, monkeypatch):
+    """The suite compiles with LLVM's optimization off (conftest.py); a page runs as a user runs
+    it: with the XLA_FLAGS the user gave and without the one the suite added."""
+    import conftest
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true " + conftest.UNOPTIMIZED)
+    monkeypatch.setenv("JAXARM_TEST_UNOPTIMIZED", conftest.UNOPTIMIZED)
+    page = tmp_path / "page.md"
+    page.write_text("# flags\n\n```python\nimport os\nprint('XLA_FLAGS=' + os.environ.get('XLA_FLAGS', ''))\n```\n")
+    code, output, _ = run_page(page, tmp_path)
+    assert code == 0, output
+    assert "XLA_FLAGS=--xla_cpu_use_thunk_runtime=true" in output and conftest.UNOPTIMIZED not in output, output
+    if os.environ.get("JAXARM_TEST_OPTIMIZED") != "1":
+        assert "xla_backend_optimization_level" in flags  # the suite itself runs with a level (its own or the user's)
 
 
 # a page that compiles the same programs as another runs right after it, in the same test, so that
