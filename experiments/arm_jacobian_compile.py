@@ -6,9 +6,9 @@ leaf. Without a fence XLA fuses the whole component-wise expression into each bl
 it once per leaf; jaxarm's functions end it with an exact product by the identity when they see
 that transformation (``jaxarm.dynamics.eager._fenced``). This script compiles both forms in one
 process (``unfenced`` calls the undecorated function, ``fn.__wrapped__``, whose output is not
-ended so; forward dynamics keeps the product inside it, before its solve), checks that they agree,
-and prints one JSON line per arm, function and form: compile time, optimized program size and
-time per call.
+ended so; forward dynamics keeps the products inside it, on the accelerations its Newton-Euler
+tangent is taken at and on that tangent before its solve), checks that they agree, and prints one
+JSON line per arm, function and form: compile time, optimized program size and time per call.
 
     python experiments/arm_jacobian_compile.py                      # two-link and Puma 560
     python experiments/arm_jacobian_compile.py --arms panda --forms fenced

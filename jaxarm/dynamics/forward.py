@@ -77,6 +77,14 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
         inputs, d_all = [*values, q, qd, f_ext], [*d_values, dq, dqd, df_ext]
         moving = [i for i, t in enumerate(d_all) if not isinstance(t, SymbolicZero)]
         k = len(values)
+        # jax.jacfwd with respect to the arm (its tangents a vmap over the parameters' basis): the
+        # accelerations Newton-Euler's tangent is taken at, and that tangent, each computed once
+        # into an array (eager._fenced). Without the first, XLA fused the whole forward dynamics
+        # into every use of qdd by the tangents: the Puma 560's whole-arm Jacobian compiled in
+        # 47-56 s to a 34-36 MB program, 0.83 ms a call against 1.6 ms
+        # (experiments/arm_jacobian_compile.py: 10.8 s, 9.5 MB with it)
+        by_basis = any(i < k and isinstance(d_all[i], tracers.BatchTracer) for i in moving)
+        qdd_at = _dot_identity(qdd) if by_basis else qdd
 
         def inverse(*chosen):
             args = list(inputs)
@@ -86,15 +94,12 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
             bodies = None
             if per_state and _PER_STATE and any(i < k for i in moving):
                 bodies = _inertials_per_state(_bodies(arm_), args[k])
-            return _inverse_dynamics(arm_, args[k], args[k + 1], qdd, args[k + 2] if has_ext else None, bodies=bodies)
+            return _inverse_dynamics(arm_, args[k], args[k + 1], qdd_at, args[k + 2] if has_ext else None, bodies=bodies)
 
         rhs = jnp.zeros_like(qdd) if isinstance(dtau, SymbolicZero) else dtau.astype(qdd.dtype)
         if moving:
             _, did = jax.jvp(inverse, tuple(inputs[i] for i in moving), tuple(d_all[i] for i in moving))
-            if any(i < k and isinstance(d_all[i], tracers.BatchTracer) for i in moving):
-                # jax.jacfwd with respect to the arm: the tangent of Newton-Euler along every
-                # parameter, computed once into an array before the solve reads it (without it
-                # XLA fuses that expression into each of the solve's rows; eager._fenced)
+            if by_basis:  # (without it XLA fused the tangent into each of the solve's rows)
                 did = _dot_identity(did)
             rhs = rhs - did.astype(qdd.dtype)
         # in reverse mode, lambda = M^-T qdd-bar (qdd-bar: the cotangent of qdd) computed once into an
