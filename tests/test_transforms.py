@@ -234,6 +234,26 @@ def test_jacobian_with_respect_to_the_whole_arm_is_computed_once_under_jit():
         assert fence not in jax.jit(g).lower(x).as_text()
 
 
+def test_forward_dynamics_jacobian_with_respect_to_the_whole_arm_computes_its_tangent_once(monkeypatch):
+    """Under jax.jacfwd with respect to the arm, forward dynamics' derivative rule computes the
+    accelerations Newton-Euler's tangent is taken at, and that tangent, once into arrays: the same
+    Jacobian as op by op, and a program 2.8 times smaller than with those products left out
+    (the two-link arm: 0.51 MB of optimized HLO against 1.45 MB; the Puma 560's compile 11 s
+    against 47-56 s)."""
+    from jaxarm.dynamics import forward
+
+    arm = jaxarm.load_arm("two_link_planar")
+    q, qd, tau = random_state(13, arm.n)
+    f = jaxarm.forward_dynamics
+    compiled = jax.jit(jax.jacfwd(lambda a: f(a, q, qd, tau))).lower(arm).compile()
+    op_by_op = jax.jacfwd(lambda a: f.__wrapped__(a, q, qd, tau))(arm)
+    for got, want in zip(jax.tree_util.tree_leaves(compiled(arm)), jax.tree_util.tree_leaves(op_by_op)):
+        assert_close(got, want, 1e-12, "d qdd / d arm")
+    monkeypatch.setattr(forward, "_dot_identity", lambda x: x)
+    without = jax.jit(jax.jacfwd(lambda a: f(a, q, qd, tau))).lower(arm).compile()
+    assert 2.5 * len(compiled.as_text()) < len(without.as_text()), (len(compiled.as_text()), len(without.as_text()))
+
+
 # --------------------------------------------------------------------------------------
 # float32
 
