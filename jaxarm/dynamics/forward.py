@@ -81,8 +81,8 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
         # accelerations Newton-Euler's tangent is taken at, and that tangent, each computed once
         # into an array (eager._fenced). Without the first, XLA fused the whole forward dynamics
         # into every use of qdd by the tangents: the Puma 560's whole-arm Jacobian compiled in
-        # 47-56 s to a 34-36 MB program, 0.83 ms a call against 1.6 ms
-        # (experiments/arm_jacobian_compile.py: 10.8 s, 9.5 MB with it)
+        # 47-56 s to a 34-36 MB program and ran in 1.6 ms; with it 10.8-11.2 s, 9.5 MB and
+        # 0.83-0.96 ms (experiments/arm_jacobian_compile.py)
         by_basis = any(i < k and isinstance(d_all[i], tracers.BatchTracer) for i in moving)
         qdd_at = _dot_identity(qdd) if by_basis else qdd
 
