@@ -33,8 +33,9 @@ Quantities (``--quantities``):
 * ``rollout_grad``: wall time of ``jax.grad`` of a rollout cost (squared final position plus a small
   input penalty) with respect to the torque schedules, divided by the time of the cost itself
   (unit ``x forward``), at ``--grad-batches``, for the entries of ``--grad-entries``: ``autodiff``
-  (plain reverse mode of the scan) and ``adjoint`` (``rollout(..., adjoint=True)``, the discrete
-  adjoint of jaxarm.adjoint) by default, and ``autodiff_loop`` (plain reverse mode with the
+  (plain reverse mode of the scan) by default, ``adjoint`` (``rollout(..., adjoint=True)``, the
+  discrete adjoint of jaxarm.adjoint, deprecated: 12-80x forward against 3-5x, with 20x the
+  memory, ``experiments/rollout_gradients.py``), and ``autodiff_loop`` (plain reverse mode with the
   Runge-Kutta stages in a loop on every platform, which a GPU otherwise writes out); the run
   stops if their gradients differ. ``arm``: the same cost's gradient with respect to the arm's
   standard parameters, the arm shared by the batch and its kinematics known (identification by
@@ -990,10 +991,11 @@ def parse(argv):
     p.add_argument("--batches", help=f"dynamics batch sizes (default {FULL['batches']})")
     p.add_argument("--rollout-batches", help=f"rollout batch sizes (default {FULL['rollout_batches']})")
     p.add_argument("--grad-batches", help=f"rollout-gradient batch sizes (default {FULL['grad_batches']})")
-    p.add_argument("--grad-entries", default="autodiff,adjoint",
-                   help="rollout_grad entries: autodiff (plain reverse mode), adjoint (rollout(adjoint=True)), autodiff_loop "
+    p.add_argument("--grad-entries", default="autodiff",
+                   help="rollout_grad entries: autodiff (plain reverse mode), adjoint (rollout(adjoint=True), deprecated: "
+                        "slower and far larger than plain reverse mode, see experiments/rollout_gradients.py), autodiff_loop "
                         "(plain reverse mode, Runge-Kutta stages in a loop on every platform), arm (w.r.t. the arm's standard "
-                        "parameters instead of the torques); default autodiff,adjoint; the torque gradients are compared")
+                        "parameters instead of the torques); default autodiff; the torque gradients are compared")
     p.add_argument("--steps", type=int, help=f"rollout steps (default {FULL['steps']})")
     p.add_argument("--dt", type=float, default=1e-3, help="rollout time step, s (default 1e-3)")
     p.add_argument("--mjx-batches", help=f"MJX batch sizes (default {FULL['mjx_batches']})")

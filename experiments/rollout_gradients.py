@@ -9,7 +9,9 @@ float64) with respect to all torque inputs, relative to the cost itself, as the 
 ``rollout_grad`` rows measure it (``benchmarks/benchmark.py``), for three ways of differentiating
 the rollout: plain reverse mode (``autodiff``), ``checkpoint=True`` and ``adjoint=True``. Each
 gradient is checked against the first one computed before it is timed. One JSON line per arm,
-batch and kind, with the compile time.
+batch and kind, with the compile time and the memory XLA reserves for the gradient program's
+intermediates (``temp_MB``: ``memory_analysis().temp_size_in_bytes`` of the compiled program,
+the working memory beyond its inputs and outputs).
 
 ``--wrt masses``: the gradient of one rollout's summed final joint positions with respect to the
 links' masses (the arm traced, so nothing of it is folded into the program: identification by
@@ -85,9 +87,17 @@ def main(argv=None):
                 t = bench.best_time(lambda: jax.block_until_ready(grad(tau, q0, qd0)), args.min_time)
                 print(json.dumps(dict(case="rollout_grad", arm=name, batch=B, kind=kind, steps=args.steps,
                                       ratio=round(t / t_fwd, 2), grad_s=round(t, 4), forward_s=round(t_fwd, 4),
-                                      compile_s=round(compile_s["value"], 1), rel_diff=rel, device=str(jax.devices()[0]))),
+                                      compile_s=round(compile_s["value"], 1), temp_MB=temp_megabytes(grad), rel_diff=rel,
+                                      device=str(jax.devices()[0]))),
                       flush=True)
     return 0
+
+
+def temp_megabytes(compiled):
+    """The working memory XLA reserves for a compiled program's intermediates, in MiB (None where
+    the backend does not report it)."""
+    analysis = compiled.memory_analysis()
+    return None if analysis is None else round(analysis.temp_size_in_bytes / 2**20, 2)
 
 
 def masses(args, dt):

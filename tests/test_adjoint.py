@@ -1,11 +1,14 @@
 """jaxarm.adjoint.scan and rollout(..., adjoint=True): the discrete adjoint gives the gradient
 that JAX's own reverse mode of the plain scan gives (an independent implementation), for every
 input a rollout has (schedule, arm parameters, initial state, external wrench, time step) and for
-costs on every output (states, accelerations, torques, inputs); and finite differences agree."""
+costs on every output (states, accelerations, torques, inputs); and finite differences agree.
+``adjoint=True`` is deprecated (plain reverse mode is faster and needs less memory): the tests that
+check its gradients silence its warning, and one checks that a user is told, once, at their call."""
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +19,8 @@ import jaxarm
 from jaxarm import adjoint
 from tests.helpers import assert_close
 from tests.helpers_sim import motor_arm, sim_arm
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*adjoint=True is deprecated:FutureWarning")
 
 
 def _leaves(tree):
@@ -135,3 +140,22 @@ def test_rollout_adjoint_refuses_policies_and_checkpoint():
         jaxarm.rollout(arm, z, z, lambda t, q, qd: -q, 0.01, steps=5, adjoint=True)
     with pytest.raises(ValueError, match="checkpoint must be False"):
         jaxarm.rollout(arm, z, z, jnp.zeros((5, 3)), 0.01, adjoint=True, checkpoint=True)
+
+
+def test_adjoint_true_is_deprecated_once_at_the_users_call_and_not_inside_jaxarm():
+    """rollout(adjoint=True) and the shooting solvers' adjoint=True warn (FutureWarning, shown by
+    default) at the user's own line, naming what to use instead; the solvers' own rollout call
+    (jaxarm's code) adds no second warning; adjoint=False says nothing."""
+    arm = sim_arm(0)
+    z, u = jnp.zeros(3), jnp.zeros((5, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.eval_shape(lambda u: jaxarm.rollout(arm, z, z, u, 0.01).q, u)
+        assert not [w for w in caught if issubclass(w.category, FutureWarning)], [str(w.message) for w in caught]
+        jax.eval_shape(lambda u: jaxarm.rollout(arm, z, z, u, 0.01, adjoint=True).q, u)
+        problem = jaxarm.trajopt.reach_problem(arm, z, [0.3, 0.2, 0.4], 0.01)
+        jax.eval_shape(lambda u: jaxarm.trajopt.shooting(arm, problem, u, adjoint=True, max_iterations=2).cost, u)
+    ours = [w for w in caught if issubclass(w.category, FutureWarning) and "adjoint=True is deprecated" in str(w.message)]
+    assert [str(w.message).split(":")[0] for w in ours] == ["rollout", "trajopt.shooting"], [str(w.message) for w in ours]
+    assert all(w.filename == __file__ for w in ours), [w.filename for w in ours]
+    assert all("plain reverse mode" in str(w.message) and "checkpoint=True" in str(w.message) for w in ours)

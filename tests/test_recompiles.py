@@ -57,7 +57,7 @@ def test_rollout_and_its_gradient_compile_once_for_new_values():
     rollout = jax.jit(lambda a, q0, qd0, u, dt: jaxarm.rollout(a, q0, qd0, u, dt).q[-1])
 
     def cost(u, a, q0, dt):
-        return jnp.sum(jaxarm.rollout(a, q0, jnp.zeros_like(q0), u, dt, adjoint=True).q[-1] ** 2)
+        return jnp.sum(jaxarm.rollout(a, q0, jnp.zeros_like(q0), u, dt).q[-1] ** 2)
 
     grad = jax.jit(jax.grad(cost))
     u0, u1 = jnp.zeros((T, 2)), jnp.ones((T, 2))

@@ -21,6 +21,7 @@ from ..objective import (
     _zero_multipliers,
 )
 from ....core import tracers
+from ....simulate.rollouts import warn_deprecated_adjoint
 from ..problem import ReachProblem, TrajoptResult, _eager_reach, _setup
 
 
@@ -118,8 +119,9 @@ def shooting(
     (float32: 1.2e-6; a float32 objective cannot show a relative decrease of 1e-7, and the plateau
     test then rarely passed).
     checkpoint: rematerialize rollout steps in the backward pass (less memory).
-    adjoint: gradients by the discrete adjoint (``jaxarm.rollout(..., adjoint=True)``): the same
-        gradient. Since plain reverse mode got faster it is no longer the cheaper one here: the
+    adjoint: deprecated (a ``FutureWarning``), to be removed: gradients by the discrete adjoint
+        (``jaxarm.rollout(..., adjoint=True)``): the same gradient, slower, compiled longer and
+        stored larger than plain reverse mode's (see :func:`jaxarm.rollout`). Here: the
         Puma 560 reach (T = 50, arm closed over, :func:`jaxarm.jit`) took 0.57 ms per iteration and
         a 31 s first call with it, against 0.43 ms and 15 s without; under a plain ``jax.jit``
         on a CPU it is slower still (see :func:`jaxarm.rollout`).
@@ -131,6 +133,8 @@ def shooting(
     over; 15 s closed over with plain reverse mode).
     """
     given = dict(locals())  # the call as made (an eager call is answered by a kept compiled solve)
+    if adjoint:
+        warn_deprecated_adjoint("trajopt.shooting")
     setup, u_init = _setup(arm, problem, u_init, "shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "shooting", window=window)
     tol = default_tol(u_init.dtype) if tol is None else tol
@@ -187,6 +191,8 @@ def multiple_shooting(
     optimized u (its max_violation includes the remaining defects).
     """
     given = dict(locals())  # the call as made (an eager call is answered by a kept compiled solve)
+    if adjoint:
+        warn_deprecated_adjoint("trajopt.multiple_shooting")
     setup, u_init = _setup(arm, problem, u_init, "multiple_shooting", torque_limits=torque_limits, input=input, method=method, checkpoint=checkpoint, adjoint=adjoint)
     _check_iterations(max_iterations, al_iterations, "multiple_shooting", window=window)
     tol = default_tol(u_init.dtype) if tol is None else tol
