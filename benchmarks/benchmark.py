@@ -39,7 +39,12 @@ Quantities (``--quantities``):
   Runge-Kutta stages in a loop on every platform, which a GPU otherwise writes out); the run
   stops if their gradients differ. ``arm``: the same cost's gradient with respect to the arm's
   standard parameters, the arm shared by the batch and its kinematics known (identification by
-  gradient), relative to the same cost with the arm traced the same way.
+  gradient), relative to the same cost with the arm traced the same way. Each row also says what
+  the kernel cost per call (``page_faults``: minor page faults, ``system_seconds``: system CPU
+  time; ``forward_*`` the same of the cost itself; ``process_cost``): at batch 256 the reverse pass
+  stores about 160 MB and, on a Linux whose transparent huge pages are ``madvise`` (recorded in the
+  machine line), faults in every 4 kB page of it on every call (docs/benchmarks.md, "Page faults
+  at large batches").
 * ``compile``: lower + compile time of every jitted entry point measured above (``entry`` names
   it; one row per batch; ``cpu_seconds`` is the process CPU time, the better number on a loaded
   machine); MJX's compile time of its scanned rollout.
@@ -99,6 +104,7 @@ import platform
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 
 import jax
 
@@ -201,9 +207,24 @@ def machine():
         "mujoco-mjx": version("mujoco-mjx"),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "XLA_FLAGS": os.environ.get("XLA_FLAGS"),
+        # how the memory of large programs is paged in (process_cost): the kernel's transparent
+        # huge pages mode and glibc's tunables (glibc.malloc.hugetlb=1 asks for huge pages)
+        "transparent_hugepage": _transparent_hugepage(),
+        "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES"),
         "compiler_options": "plain jax.jit" if PLAIN_JIT else jaxarm.compiler_options(),
         "loop_kernels": "plain jax.jit" if PLAIN_JIT else jaxarm_xla.loop_kernels_status(),
     }
+
+
+def _transparent_hugepage():
+    """The kernel's transparent huge pages mode (the bracketed word of
+    /sys/kernel/mm/transparent_hugepage/enabled), or None off Linux."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    chosen = [w[1:-1] for w in text.split() if w.startswith("[")]
+    return chosen[0] if chosen else text.strip()
 
 
 def emit(obj):
@@ -311,6 +332,23 @@ def best_time(call, min_time, long_call=10.0):
         elapsed = time.perf_counter() - t0
         best, spent = min(best, elapsed / group), spent + elapsed
     return best
+
+
+def process_cost(call, calls=3):
+    """Minor page faults and system CPU seconds per ``call()`` (already warm), from the process's
+    resource usage: the kernel's share of a call. A program whose stored intermediates are large
+    (the reverse pass of a batch of long rollouts) gets fresh memory from the kernel on every call
+    and pays a page fault per 4 kB page touched; ``{}`` where the platform has no ``getrusage``."""
+    try:
+        import resource
+    except ImportError:
+        return {}
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    for _ in range(calls):
+        call()
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return {"page_faults": round((after.ru_minflt - before.ru_minflt) / calls),
+            "system_seconds": round((after.ru_stime - before.ru_stime) / calls, 4)}
 
 
 def median_latency(call, min_time, max_calls=2000, blocks=5):
@@ -618,6 +656,7 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
         q0, qd0, tau = (jnp.asarray(x, dtype) for x in rollout_inputs(arm, rng, B, T))
         fwd, _ = compile_timed(cost_fn("rk3", False), tau, q0, qd0)
         t_fwd = best_time(lambda: jax.block_until_ready(fwd(tau, q0, qd0)), cfg.min_time)
+        forward_kernel = process_cost(lambda: jax.block_until_ready(fwd(tau, q0, qd0)))
         if "arm" in cfg.grad_entries:
             # identification by gradient: w.r.t. the arm shared by the batch, the kinematics known;
             # relative to the same cost with the arm traced the same way
@@ -629,9 +668,10 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
             if "compile" in cfg.quantities:
                 rec.add(name, dname, "compile", impl, B, unit="s", entry="rollout_grad_arm", steps=T, **compile_s)
             t_grad = best_time(lambda: jax.block_until_ready(grad(p0, tau, q0, qd0)), cfg.min_time)
+            kernel = process_cost(lambda: jax.block_until_ready(grad(p0, tau, q0, qd0)))
             rec.add(name, dname, "rollout_grad", impl, B, t_grad / t_arm_fwd, "x forward", entry="arm",
                     seconds=t_grad, forward_seconds=t_arm_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
-                    stage_form=_gradient_stage_form(arm, "arm"))
+                    stage_form=_gradient_stage_form(arm, "arm"), **kernel)
         grads = {}
         for entry in [e for e in cfg.grad_entries if e != "arm"]:
             grad, compile_s = compile_timed(jax.grad(cost_fn(*methods[entry])), tau, q0, qd0)
@@ -640,10 +680,12 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
             if "compile" in cfg.quantities:
                 rec.add(name, dname, "compile", impl, B, unit="s", entry=f"rollout_grad_{entry}", steps=T, **compile_s)
             t_grad = best_time(lambda: jax.block_until_ready(grad(tau, q0, qd0)), cfg.min_time)
+            kernel = process_cost(lambda: jax.block_until_ready(grad(tau, q0, qd0)))
             rec.add(
                 name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward", entry=entry,
                 seconds=t_grad, forward_seconds=t_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
-                stage_form=_gradient_stage_form(arm, entry),
+                stage_form=_gradient_stage_form(arm, entry), **kernel,
+                **{f"forward_{k}": v for k, v in forward_kernel.items()},
             )
         # the gradients must agree before their times mean anything
         if not grads:

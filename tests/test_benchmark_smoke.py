@@ -204,8 +204,25 @@ def test_the_arm_gradient_entry_reports_its_own_forward_and_no_target(capsys):
     (row,) = [r for r in rows if r.get("quantity") == "rollout_grad"]
     assert row["entry"] == "arm" and row["unit"] == "x forward"
     assert row["seconds"] > 0 and row["forward_seconds"] > 0 and math.isclose(row["value"], row["seconds"] / row["forward_seconds"])
+    if _installed("resource"):  # the kernel's share of a call (benchmark.process_cost)
+        assert row["page_faults"] >= 0 and row["system_seconds"] >= 0
     targets = bench.targets(rows, argparse.Namespace(arms=["two_link_planar"], dtypes=["float64"]))
     assert not [t for t in targets if "gradient / forward" in t["target"]]
+
+
+def test_process_cost_counts_the_page_faults_of_fresh_memory():
+    """The page faults a gradient row reports: a call that takes 64 MB of fresh memory from the
+    kernel faults it in (4 kB pages, or 2 MB huge pages where the kernel gives them), a call
+    that touches nothing new does not."""
+    pytest.importorskip("resource")
+    bench = _load_benchmark()
+    fresh = bench.process_cost(lambda: np.ones(8 * 2**20).sum(), calls=2)
+    assert set(fresh) == {"page_faults", "system_seconds"}
+    assert fresh["page_faults"] >= 32 and fresh["system_seconds"] >= 0
+    x = np.ones(1000)
+    assert bench.process_cost(lambda: x.sum())["page_faults"] < fresh["page_faults"]
+    mode = bench.machine()["transparent_hugepage"]
+    assert mode is None or isinstance(mode, str)
 
 
 def test_regression_check_scales_peerless_times_by_the_machines_reference_workloads():
