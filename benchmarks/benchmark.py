@@ -32,7 +32,7 @@ Quantities (``--quantities``):
   dtype, and a target line asks for 10x MJX at the largest such batch.
 * ``rollout_grad``: wall time of ``jax.grad`` of a rollout cost (squared final position plus a small
   input penalty) with respect to the torque schedules, divided by the time of the cost itself
-  (unit ``x forward``), at ``--grad-batches``, for the entries of ``--grad-entries``: ``autodiff``
+  (unit ``x forward``; the two timed in alternation, ``paired_best_times``), at ``--grad-batches``, for the entries of ``--grad-entries``: ``autodiff``
   (plain reverse mode of the scan) by default, ``adjoint`` (``rollout(..., adjoint=True)``, the
   discrete adjoint of jaxarm.adjoint, deprecated: 12-80x forward against 3-5x, with 20x the
   memory, ``experiments/rollout_gradients.py``), and ``autodiff_loop`` (plain reverse mode with the
@@ -331,6 +331,33 @@ def best_time(call, min_time, long_call=10.0):
             call()
         elapsed = time.perf_counter() - t0
         best, spent = min(best, elapsed / group), spent + elapsed
+    return best
+
+
+def paired_best_times(calls, min_time, rounds=5, long_call=10.0):
+    """Best wall time (s) per call of each of ``calls``, timed in alternation: ``rounds`` rounds,
+    each running every call in turn (in groups of equal duration, about
+    ``min_time / rounds / len(calls)`` each), after one warm-up of each. A ratio of two such
+    times (a gradient and its forward pass) then compares calls made under the same conditions:
+    timed one after the other, the two saw different episodes of a shared machine (the Panda's
+    gradient / forward at batch 256 read 4.2-6.0x in four runs of the same command). A warm-up
+    longer than ``long_call`` seconds counts as that call's measurement, as in :func:`best_time`."""
+    first = []
+    for call in calls:
+        t0 = time.perf_counter()
+        call()
+        first.append(time.perf_counter() - t0)
+    if max(first) > long_call:
+        return first
+    share = min_time / max(1, rounds) / len(calls)
+    groups = [max(1, int(share / max(t, 1e-7))) for t in first]
+    best = [float("inf")] * len(calls)
+    for _ in range(max(1, rounds)):
+        for i, (call, group) in enumerate(zip(calls, groups)):
+            t0 = time.perf_counter()
+            for _ in range(group):
+                call()
+            best[i] = min(best[i], (time.perf_counter() - t0) / group)
     return best
 
 
@@ -655,19 +682,18 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
     for B in cfg.grad_batches:
         q0, qd0, tau = (jnp.asarray(x, dtype) for x in rollout_inputs(arm, rng, B, T))
         fwd, _ = compile_timed(cost_fn("rk3", False), tau, q0, qd0)
-        t_fwd = best_time(lambda: jax.block_until_ready(fwd(tau, q0, qd0)), cfg.min_time)
         forward_kernel = process_cost(lambda: jax.block_until_ready(fwd(tau, q0, qd0)))
         if "arm" in cfg.grad_entries:
             # identification by gradient: w.r.t. the arm shared by the batch, the kinematics known;
             # relative to the same cost with the arm traced the same way
             p0 = jnp.asarray(identification.standard_parameters(arm_d), dtype)
             arm_fwd, _ = compile_timed(lambda p, u, a, b: arm_cost(p, u, a, b), p0, tau, q0, qd0)
-            t_arm_fwd = best_time(lambda: jax.block_until_ready(arm_fwd(p0, tau, q0, qd0)), cfg.min_time)
             grad, compile_s = compile_timed(jax.grad(arm_cost), p0, tau, q0, qd0)
             f64 = check_dtype(grad, grad(p0, tau, q0, qd0), dtype, f"{name} rollout_grad arm")
             if "compile" in cfg.quantities:
                 rec.add(name, dname, "compile", impl, B, unit="s", entry="rollout_grad_arm", steps=T, **compile_s)
-            t_grad = best_time(lambda: jax.block_until_ready(grad(p0, tau, q0, qd0)), cfg.min_time)
+            t_arm_fwd, t_grad = paired_best_times([lambda: jax.block_until_ready(arm_fwd(p0, tau, q0, qd0)),
+                                                   lambda: jax.block_until_ready(grad(p0, tau, q0, qd0))], 2 * cfg.min_time)
             kernel = process_cost(lambda: jax.block_until_ready(grad(p0, tau, q0, qd0)))
             rec.add(name, dname, "rollout_grad", impl, B, t_grad / t_arm_fwd, "x forward", entry="arm",
                     seconds=t_grad, forward_seconds=t_arm_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
@@ -679,7 +705,9 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
             f64 = check_dtype(grad, grads[entry], dtype, f"{name} rollout_grad")
             if "compile" in cfg.quantities:
                 rec.add(name, dname, "compile", impl, B, unit="s", entry=f"rollout_grad_{entry}", steps=T, **compile_s)
-            t_grad = best_time(lambda: jax.block_until_ready(grad(tau, q0, qd0)), cfg.min_time)
+            # the forward pass timed in alternation with this gradient (paired_best_times)
+            t_fwd, t_grad = paired_best_times([lambda: jax.block_until_ready(fwd(tau, q0, qd0)),
+                                               lambda: jax.block_until_ready(grad(tau, q0, qd0))], 2 * cfg.min_time)
             kernel = process_cost(lambda: jax.block_until_ready(grad(tau, q0, qd0)))
             rec.add(
                 name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward", entry=entry,

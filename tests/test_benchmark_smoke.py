@@ -210,6 +210,29 @@ def test_the_arm_gradient_entry_reports_its_own_forward_and_no_target(capsys):
     assert not [t for t in targets if "gradient / forward" in t["target"]]
 
 
+def test_gradient_and_forward_are_timed_in_alternation():
+    """paired_best_times runs the calls in turn, round after round, so a gradient / forward ratio
+    compares calls made under the same conditions; each gets its best time per call."""
+    import time
+
+    bench = _load_benchmark()
+    log = []
+
+    def call(name, seconds):
+        def run():
+            log.append(name)
+            time.sleep(seconds)
+        return run
+
+    fwd, grad = bench.paired_best_times([call("f", 0.002), call("g", 0.006)], min_time=0.2, rounds=4)
+    assert 0.002 <= fwd < 0.02 and 0.006 <= grad < 0.03
+    switches = sum(a != b for a, b in zip(log, log[1:]))
+    assert log[:2] == ["f", "g"] and switches >= 2 * 4 - 1, log  # warm-ups, then f..g.. four times
+    del log[:]  # a warm-up longer than long_call is the measurement: no rounds follow
+    long_first = bench.paired_best_times([call("f", 0.0), call("g", 0.05)], min_time=1.0, long_call=0.01)
+    assert long_first[1] >= 0.05 and log == ["f", "g"]
+
+
 def test_process_cost_counts_the_page_faults_of_fresh_memory():
     """The page faults a gradient row reports: a call that takes 64 MB of fresh memory from the
     kernel faults it in (4 kB pages, or 2 MB huge pages where the kernel gives them), a call
