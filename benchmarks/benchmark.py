@@ -349,10 +349,11 @@ def paired_best_times(calls, min_time, rounds=5, long_call=10.0):
         first.append(time.perf_counter() - t0)
     if max(first) > long_call:
         return first
-    share = min_time / max(1, rounds) / len(calls)
+    rounds = max(1, rounds)
+    share = min_time / rounds / len(calls)
     groups = [max(1, int(share / max(t, 1e-7))) for t in first]
     best = [float("inf")] * len(calls)
-    for _ in range(max(1, rounds)):
+    for _ in range(rounds):
         for i, (call, group) in enumerate(zip(calls, groups)):
             t0 = time.perf_counter()
             for _ in range(group):
@@ -682,7 +683,9 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
     for B in cfg.grad_batches:
         q0, qd0, tau = (jnp.asarray(x, dtype) for x in rollout_inputs(arm, rng, B, T))
         fwd, _ = compile_timed(cost_fn("rk3", False), tau, q0, qd0)
-        forward_kernel = process_cost(lambda: jax.block_until_ready(fwd(tau, q0, qd0)))
+        torque_entries = [e for e in cfg.grad_entries if e != "arm"]
+        # the forward pass's kernel share, once per batch, for the torque gradients' rows only
+        forward_kernel = process_cost(lambda: jax.block_until_ready(fwd(tau, q0, qd0))) if torque_entries else {}
         if "arm" in cfg.grad_entries:
             # identification by gradient: w.r.t. the arm shared by the batch, the kinematics known;
             # relative to the same cost with the arm traced the same way
@@ -699,7 +702,7 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
                     seconds=t_grad, forward_seconds=t_arm_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
                     stage_form=_gradient_stage_form(arm, "arm"), **kernel)
         grads = {}
-        for entry in [e for e in cfg.grad_entries if e != "arm"]:
+        for entry in torque_entries:
             grad, compile_s = compile_timed(jax.grad(cost_fn(*methods[entry])), tau, q0, qd0)
             grads[entry] = grad(tau, q0, qd0)
             f64 = check_dtype(grad, grads[entry], dtype, f"{name} rollout_grad")
