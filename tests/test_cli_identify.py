@@ -396,3 +396,72 @@ def test_html_report_is_self_contained_and_renders(setup, capsys, tmp_path):
     _chromium(f"file://{page}", tmp_path, "--window-size=1000,3000", f"--screenshot={shot}")
     gray = np.asarray(Image.open(shot).convert("L"), dtype=float)
     assert np.mean(gray < 200) > 0.02, np.mean(gray < 200)
+
+
+class _Terminal:
+    """A stand-in for a terminal's stderr: text written to it is kept, and it says it is a tty."""
+
+    def __init__(self):
+        import io
+
+        self.buffer = io.StringIO()
+
+    def write(self, text):
+        return self.buffer.write(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+    def fileno(self):  # (not a real file: rich asks, and falls back when it cannot have one)
+        raise OSError("not a real terminal")
+
+
+def test_status_line_shows_each_step_on_a_terminal_and_nothing_elsewhere(monkeypatch):
+    """On a terminal, a long command's status line names the step running and the seconds spent;
+    anywhere else (a pipe, a file, capsys) nothing is written."""
+    import io
+    import sys
+    import time
+
+    from jaxarm.cli.common import _Status
+
+    monkeypatch.delenv("TERM", raising=False)
+    tty = _Terminal()
+    monkeypatch.setattr(sys, "stderr", tty)
+    status = _Status()
+    status("choosing the filter cutoff")
+    # rich redraws the line from a thread of its own, the seconds counting on between updates
+    deadline = time.perf_counter() + 20.0
+    while "(1 s so far)" not in tty.buffer.getvalue() and time.perf_counter() < deadline:
+        time.sleep(0.1)
+    status.stop()
+    shown = tty.buffer.getvalue()
+    assert "choosing the filter cutoff (0 s so far)" in shown and "choosing the filter cutoff (1 s so far)" in shown, shown
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    status = _Status()
+    status("choosing the filter cutoff")
+    status.stop()
+    assert pipe.getvalue() == ""
+
+
+def test_a_refusal_on_a_terminal_ends_with_its_one_error_line(setup, monkeypatch, tmp_path):
+    """The status line is taken down before the error is printed: the refusal's line stands whole
+    at the end of what the terminal shows."""
+    import sys
+
+    monkeypatch.delenv("TERM", raising=False)
+    tty = _Terminal()
+    monkeypatch.setattr(sys, "stderr", tty)
+    notau = _write_log(tmp_path / "notau.csv", setup["t"], setup["q"], setup["qd"])
+    code = cli.main(["identify", notau, "--arm", setup["arm"], "--out", str(tmp_path / "out.toml")])
+    assert code == 2
+    shown = tty.buffer.getvalue()
+    assert "reading the arm and the log" in shown, repr(shown)
+    # what stands after the status line is erased (ESC [2K: erase the line the cursor is on)
+    after = shown.rsplit("\x1b[2K", 1)[-1]
+    assert after.startswith("jaxarm: error: ") and after.count("\n") == 1 and "no torque columns" in after, repr(shown[-400:])
+    assert not (tmp_path / "out.toml").exists()

@@ -7,7 +7,9 @@ import argparse
 import math
 import os
 import re
+import sys
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -25,6 +27,47 @@ class CommandError(Exception):
         self.code = code
 
 
+
+
+class _Status:
+    """What a long command is doing, as one line on stderr with a spinner and the seconds spent
+    (rich's ``Status``), redrawn in place and gone when the command ends. Only on a terminal: a
+    pipe, a log file or a test sees nothing, so output and refusals stay as they are. Lines printed
+    to stderr meanwhile (warnings) appear above it. ``stop()`` removes it (call it in a
+    ``finally``)."""
+
+    def __init__(self, enabled: bool | None = None):
+        self.status = None
+        self.t0 = time.perf_counter()
+        if enabled is None:
+            isatty = getattr(sys.stderr, "isatty", None)
+            enabled = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+        if enabled:
+            from rich.console import Console
+
+            self.status = Console(file=sys.stderr).status("")
+            self.status.start()
+
+    def __call__(self, what: str) -> None:
+        if self.status is not None:
+            self.status.update(_Elapsed(what, self.t0))
+
+    def stop(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+class _Elapsed:
+    """A status text whose seconds count on: rich renders it afresh at every redraw."""
+
+    def __init__(self, what: str, t0: float):
+        self.what, self.t0 = what, t0
+
+    def __rich__(self):
+        from rich.text import Text
+
+        return Text(f"{self.what} ({time.perf_counter() - self.t0:.0f} s so far)", no_wrap=True, overflow="ellipsis")
 
 
 class _Parser(argparse.ArgumentParser):
