@@ -254,8 +254,8 @@ def _unless(skip, compute, otherwise, *operands):
             # jax.vmap of a solver's loops batches each loop's body several times over (until the
             # batched parts of its carry settle, for each enclosing loop), and every time meets
             # this rule. Batched once and kept as a jitted function, compute is traced once (jit's
-            # cache answers the later calls) and inlined by XLA as before: 4 Panda problems of a
-            # solve_many round traced in 19 s before, 18 of them batching the linearization again
+            # cache answers the later calls) and inlined by XLA as before. A solve_many round of 4
+            # Panda problems met it 18 times in 5 batching patterns: traced in 14-16 s against 19 s
             in_axes = tuple(0 if b else None for b in args_batched)
             if in_axes not in batched_computes:
                 batched_computes[in_axes] = jax.jit(jax.vmap(converted, in_axes=in_axes))
