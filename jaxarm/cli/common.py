@@ -67,7 +67,7 @@ class _Elapsed:
     def __rich__(self):
         from rich.text import Text
 
-        return Text(f"{self.what} ({time.perf_counter() - self.t0:.0f} s so far)", no_wrap=True, overflow="ellipsis")
+        return Text(f"{self.what} ({int(time.perf_counter() - self.t0)} s so far)", no_wrap=True, overflow="ellipsis")
 
 
 class _Parser(argparse.ArgumentParser):
