@@ -36,13 +36,11 @@ class _Status:
     to stderr meanwhile (warnings) appear above it. ``stop()`` removes it (call it in a
     ``finally``)."""
 
-    def __init__(self, enabled: bool | None = None):
+    def __init__(self):
         self.status = None
         self.t0 = time.perf_counter()
-        if enabled is None:
-            isatty = getattr(sys.stderr, "isatty", None)
-            enabled = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
-        if enabled:
+        isatty = getattr(sys.stderr, "isatty", None)
+        if isatty and isatty() and os.environ.get("TERM") != "dumb":
             from rich.console import Console
 
             self.status = Console(file=sys.stderr).status("")
