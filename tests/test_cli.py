@@ -432,3 +432,32 @@ def test_simulate_animates_the_arm_into_a_gif(tmp_path, capsys):
         image.seek(10)
         last = np.asarray(image.convert("RGB"))
     assert np.abs(first.astype(int) - last.astype(int)).sum() > 0  # the arm moved
+
+
+def test_bars_and_status_lines_are_drawn_on_a_terminal_that_can_redraw_only(monkeypatch):
+    """One test decides for the progress bar of ``simulate`` and the status line of ``identify``:
+    a stream whose isatty() is true, unless TERM=dumb (no cursor movement); never a pipe, a file,
+    a closed stream or an object without isatty."""
+    import io
+
+    from jaxarm.cli.common import on_terminal
+
+    class Stream(io.StringIO):
+        def __init__(self, tty):
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self):
+            super().isatty()  # (a ValueError once closed, as a real stream's)
+            return self.tty
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert on_terminal(Stream(True))
+    assert not on_terminal(Stream(False)) and not on_terminal(io.StringIO()) and not on_terminal(object())
+    closed = Stream(True)
+    closed.close()
+    assert not on_terminal(closed)
+    monkeypatch.setenv("TERM", "dumb")
+    assert not on_terminal(Stream(True))
+    monkeypatch.delenv("TERM")
+    assert on_terminal(Stream(True))

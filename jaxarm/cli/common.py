@@ -27,6 +27,17 @@ class CommandError(Exception):
         self.code = code
 
 
+def on_terminal(stream=None) -> bool:
+    """Whether ``stream`` (default stderr) is a terminal that can redraw a line in place: its
+    ``isatty()`` says so and ``TERM`` is not ``dumb``. The progress bar of ``jaxarm simulate`` and
+    the status line of ``jaxarm identify`` are drawn only there; a pipe, a log file, a test or an
+    editor's output pane gets none of them."""
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+    except ValueError:  # a closed stream
+        return False
 
 
 class _Status:
@@ -39,8 +50,7 @@ class _Status:
     def __init__(self):
         self.status = None
         self.t0 = time.perf_counter()
-        isatty = getattr(sys.stderr, "isatty", None)
-        if isatty and isatty() and os.environ.get("TERM") != "dumb":
+        if on_terminal():
             from rich.console import Console
 
             self.status = Console(file=sys.stderr).status("")

@@ -27,6 +27,7 @@ from .common import (
     _Outputs,
     _positive,
     _require_motor_model,
+    on_terminal,
 )
 
 
@@ -127,7 +128,8 @@ def _chunk_function(steps: int, method: str, input_kind: str, controller: str | 
 
 class _Progress:
     """A progress bar on stderr (rich's ``Progress``): ``simulating ━━━━━━━╸━━━  50%  t = 1 / 2 s  0:00:03``,
-    redrawn in place; only on a terminal (a pipe or a log file gets nothing)."""
+    redrawn in place; only on a terminal that can redraw (``common.on_terminal``: a pipe, a log file
+    or ``TERM=dumb`` gets nothing)."""
 
     def __init__(self, total_time: float, enabled: bool):
         self.total = total_time
@@ -373,7 +375,7 @@ def _cmd_simulate(args) -> int:
 
     try:
         result = run_chunked(arm, q0_run, qd0_run, steps=steps, dt=dt, method=args.method, inputs=inputs,
-                             input_kind=input_kind, controller=controller, bound=bound, progress=sys.stderr.isatty(),
+                             input_kind=input_kind, controller=controller, bound=bound, progress=on_terminal(),
                              stops=stops)
     except DivergenceError as exc:
         msg = _one_line(exc).replace("reduce dt", "reduce --dt").replace("pass bound= to raise the limit", "raise --bound")
