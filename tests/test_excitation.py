@@ -160,3 +160,22 @@ def test_fit_to_limits_bounds_hold_between_grid_points():
     )
     assert np.all(np.asarray(s) < 1.0)
     assert_within_limits(jax.tree_util.tree_map(np.asarray, fitted))
+
+
+def test_a_second_design_on_the_same_arm_compiles_nothing_and_reads_its_own_options(design):
+    """The optimizer's step is compiled once per arm (and drives, base columns) and kept: another
+    seed, period, acceleration limit or learning rate is an argument of the kept program, not a
+    constant of a new one. Its answer equals a freshly compiled step's."""
+    from test_recompiles import count_compiles
+
+    options = dict(harmonics=3, period=5.0, samples=30, acceleration_limit=2.5, steps=8, seed=1, grid=512, learning_rate=0.03)
+    with count_compiles() as events:
+        kept = design_excitation(limited_arm(), **options)
+    assert events == [], f"{len(events)} compiles"
+    excitation._STEPS.clear()
+    fresh = design_excitation(limited_arm(), **options)
+    for got, want in zip(kept.params, fresh.params):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(kept.history, fresh.history, rtol=1e-13)
+    assert float(kept.params.period) == 5.0 and np.max(kept.ratios["acceleration"]) <= 1.0 + 1e-12
+    assert not np.allclose(kept.params.a, design.params.a)  # its own seed and options, not the fixture's
