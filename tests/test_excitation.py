@@ -149,6 +149,9 @@ def test_design_rejects_unbounded_joints_and_bad_options():
         design_excitation(arm, acceleration_limit=-2.0)
     with pytest.raises(ValueError, match="samples"):
         design_excitation(arm, samples=2, acceleration_limit=1.0, steps=0)
+    for bad in (0.0, -0.1, float("nan"), "fast", None):
+        with pytest.raises(ValueError, match="learning_rate: expected a positive number"):
+            design_excitation(arm, acceleration_limit=1.0, learning_rate=bad)
 
 
 def test_fit_to_limits_bounds_hold_between_grid_points():

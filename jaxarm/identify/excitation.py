@@ -263,6 +263,9 @@ def design_excitation(
             raise ValueError(f"design_excitation: {name}: expected a whole number >= {lo}, got {v!r}")
     if not (np.ndim(period) == 0 and float(period) > 0):
         raise ValueError(f"design_excitation: period: expected a positive number of seconds, got {period!r}")
+    if (isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, np.integer, np.floating))
+            or not (np.isfinite(learning_rate) and learning_rate > 0)):
+        raise ValueError(f"design_excitation: learning_rate: expected a positive number, got {learning_rate!r}")
     n = arm.n
     lower, upper, vel, acc = _limits(arm, acceleration_limit, "design_excitation")
     idx = np.asarray(structural_base_parameters(arm, drives=drives, seed=seed).independent)
