@@ -301,9 +301,9 @@ def design_excitation(
     state = optax.adam(learning_rate).init(theta)
     # one compiled step per arm (its values: compiled in as constants), drives and base columns,
     # kept for the next call: another seed, period, limits or learning rate compiles nothing new
-    key = ("design_excitation", by_value(arm), bool(drives), tuple(int(i) for i in idx))
-    step = eager_compiled(key, lambda: jax.jit(functools.partial(_design_step, arm, bool(drives), tuple(int(i) for i in idx))),
-                          store=_STEPS, size=4)
+    columns = tuple(int(i) for i in idx)
+    step = eager_compiled(("design_excitation", by_value(arm), bool(drives), columns),
+                          lambda: jax.jit(functools.partial(_design_step, arm, bool(drives), columns)), store=_STEPS, size=4)
     unpack = functools.partial(_unpack, design=design)
 
     initial, _ = unpack(theta)
@@ -311,9 +311,10 @@ def design_excitation(
     history = []
     for _ in range(steps):
         new_theta, state, value, logc = step(theta, state, design)
+        value = float(value)
         history.append(float(logc))
-        if float(value) < best_value:  # value and logc belong to `theta`, the iterate before the update
-            best, best_value = theta, float(value)
+        if value < best_value:  # value and logc belong to `theta`, the iterate before the update
+            best, best_value = theta, value
         theta = new_theta
     final, _ = unpack(best)
     params = jax.tree_util.tree_map(np.asarray, final)
