@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ...core import tracers
 from ...dynamics.kinematics import tool_pose
 from ...model import checks
 from ...model.arm import Arm
@@ -163,13 +164,15 @@ def _rel_change(old, new):
 # --------------------------------------------------------------------------- augmented Lagrangian
 
 
-def _augmented_lagrangian(inner, constraint_values, params, lam0, *, mu0, mu_growth, mu_max, al_iterations, tol_violation, log):
+def _augmented_lagrangian(inner, constraint_values, params, lam0, *, mu0, mu_growth, mu_max, al_iterations, tol_violation, log,
+                          reads=()):
     """Outer loop: solve the inner problem at fixed (lam, mu), then lam <- max(0, lam + mu g) for
     inequalities, lam <- lam + mu h for equalities (Nocedal & Wright eq 17.39), mu <- growth mu
     while the violation is above tolerance.
 
     inner(params, lam, mu, it, log) -> (params, it, converged, log);
-    constraint_values(params) -> (g_state, g_input, h_defect)."""
+    constraint_values(params) -> (g_state, g_input, h_defect); reads: what ``inner`` reads (the arm, the
+    problem), so that under ``jax.vmap`` each loop is batched once (:func:`jaxarm.core.tracers.batched_with`)."""
 
     def cond(c):
         params, lam, mu, outer, it, conv, viol, log = c
@@ -187,7 +190,7 @@ def _augmented_lagrangian(inner, constraint_values, params, lam0, *, mu0, mu_gro
 
     dtype = lam0.state.dtype
     init = (params, lam0, jnp.asarray(mu0, dtype), jnp.asarray(0), jnp.asarray(0), jnp.asarray(False), jnp.asarray(jnp.inf, dtype), log)
-    params, lam, mu, outer, it, conv, viol, log = jax.lax.while_loop(cond, body, init)
+    params, lam, mu, outer, it, conv, viol, log = jax.lax.while_loop(cond, body, tracers.batched_with(init, reads))
     return params, it, conv, log
 
 

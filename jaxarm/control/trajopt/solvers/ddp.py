@@ -204,42 +204,13 @@ def _box_qp(H, g, lo, hi, iterations: int = 10):
 
     def projected_newton():
         start = jnp.where(inside, x, jnp.clip(jnp.where(jnp.isfinite(x), x, 0.0), lo, hi))
-        _, x_box, _ = jax.lax.while_loop(lambda c: (c[0] < iterations) & ~c[2], body, _batched_with((jnp.asarray(0), start, inside), (H, g)))
+        init = tracers.batched_with((jnp.asarray(0), start, inside), (H, g))
+        _, x_box, _ = jax.lax.while_loop(lambda c: (c[0] < iterations) & ~c[2], body, init)
         free = free_set(x_box)[0] | inside
         return x_box, free, factor(free)
 
     return jax.lax.cond(inside, lambda: (x, jnp.ones(m, bool), L), projected_newton)
 
-
-@jax.custom_batching.custom_vmap
-def _mark_batched(leaves, refs):
-    return leaves
-
-
-@_mark_batched.def_vmap
-def _mark_batched_rule(axis_size, in_batched, leaves, refs):
-    leaves_batched, refs_batched = in_batched
-    if not (any(leaves_batched) or any(refs_batched)):
-        return leaves, leaves_batched
-    return [x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x)) for x, b in zip(leaves, leaves_batched)], [True] * len(leaves)
-
-
-def _batched_with(carry, refs):
-    """A loop's initial ``carry`` as it is; under ``jax.vmap``, batched in every leaf as soon as a
-    leaf of ``carry`` or a traced leaf of ``refs`` (what the loop reads) is batched.
-
-    ``jax.vmap`` finds which parts of a loop's carry are batched by a fixpoint: it batches the
-    body with the initial carry's pattern, and again each time a part the body's output batches
-    was unbatched on the way in (a counter, a flag, a step length starts as a constant), then once
-    more for the loop itself; each of those passes batches the loops inside the body the same way
-    over. Under ``jax.vmap`` of a solve, every part of every carry ends up batched (each loop's
-    predicate depends on the problem, which batches the whole carry), so starting there changes
-    nothing the program computes and batches each body once: the trace of the trajectory-optimization
-    tutorial's 4 Panda goals in one ``vmap`` took 4.2-4.9 s against 6.5-10.4 s (its solver's
-    batching rules were met 5 times instead of 14). Unbatched, this is the identity."""
-    leaves, tree = jax.tree_util.tree_flatten(carry)
-    traced = [r for r in jax.tree_util.tree_leaves(refs) if isinstance(r, jax.core.Tracer)]
-    return jax.tree_util.tree_unflatten(tree, _mark_batched([jnp.asarray(x) for x in leaves], traced))
 
 # --------------------------------------------------------------------------- solver
 
@@ -281,11 +252,12 @@ def _unless(skip, compute, otherwise, *operands):
         otherwise = jax.tree_util.tree_map(batched, otherwise, otherwise_batched)
 
         def run():
-            # jax.vmap of a solver's loops batches each loop's body several times over (until the
-            # batched parts of its carry settle, for each enclosing loop), and every time meets
-            # this rule. Batched once and kept as a jitted function, compute is traced once (jit's
-            # cache answers the later calls) and inlined by XLA as before. A solve_many round of 4
-            # Panda problems met it 18 times in 5 batching patterns: traced in 14-16 s against 19 s
+            # jax.vmap batches a loop's body again while the batched parts of its carry settle,
+            # and each time meets this rule (each loop's carry now starts batched, so once per
+            # loop: tracers.batched_with; before that, a solve_many round of 4 Panda problems met
+            # it 18 times in 5 batching patterns). Batched once per pattern and kept as a jitted
+            # function, compute is traced once (jit's cache answers later calls) and inlined by
+            # XLA as before: that round traced in 14-16 s against 19 s
             in_axes = tuple(0 if b else None for b in args_batched)
             if in_axes not in batched_computes:
                 batched_computes[in_axes] = jax.jit(jax.vmap(converted, in_axes=in_axes))
@@ -655,8 +627,8 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             return (V[:, 0], 0.5 * (Vxx + Vxx.T), ok), (du, K, H)
 
         F = jnp.concatenate([A, B], axis=2)
-        (Vx0, Vxx0, ok), (k, K, Hs) = jax.lax.scan(
-            stage, _batched_with((VxT, VxxT, jnp.asarray(True)), (g, H, A, B, gaps)), (xs[:-1], us, F, gaps[1:], g[:T], H[:T], D), reverse=True)
+        init = tracers.batched_with((VxT, VxxT, jnp.asarray(True)), (g, H, A, B, gaps))
+        (Vx0, Vxx0, ok), (k, K, Hs) = jax.lax.scan(stage, init, (xs[:-1], us, F, gaps[1:], g[:T], H[:T], D), reverse=True)
         ok = ok & jnp.all(jnp.isfinite(k)) & jnp.all(jnp.isfinite(K))
         return _Backward(k, K, ok), jnp.concatenate([Hs, H[T:]])  # the knots' Hessians the step was built with
 
@@ -667,7 +639,8 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             du = k + K @ dx
             return F @ jnp.concatenate([dx, du]) + f_next, (dx, du)
 
-        dxT, (dx, du) = jax.lax.scan(lin, _batched_with(gaps[0], (A, B, gaps, bw)), (jnp.concatenate([A, B], axis=2), gaps[1:], bw.k, bw.K))
+        init = tracers.batched_with(gaps[0], (A, B, gaps, bw))
+        dxT, (dx, du) = jax.lax.scan(lin, init, (jnp.concatenate([A, B], axis=2), gaps[1:], bw.k, bw.K))
         dxu = jnp.concatenate([jnp.concatenate([dx, du], axis=1), jnp.concatenate([dxT, jnp.zeros(n, dtype)])[None]])
         g1 = jnp.sum(g * dxu)
         g2 = 0.5 * jnp.sum(jnp.einsum("ki,kij,kj->k", dxu, H, dxu))
@@ -694,7 +667,8 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
             return (q_next, qd_next, u), (q_next, qd_next, u, a)
 
         x0 = xs[0] + alpha * gaps[0, : 2 * n]
-        _, (qn, qdn, un, an) = jax.lax.scan(one, _batched_with((x0[:n], x0[n:], prev[0]), (xs, us, gaps, bw, alpha, fresh)), (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
+        init = tracers.batched_with((x0[:n], x0[n:], prev[0]), (xs, us, gaps, bw, alpha, fresh))
+        _, (qn, qdn, un, an) = jax.lax.scan(one, init, (xs[:-1], prev, us, bw.k, bw.K, gaps[1:]))
         x_new = jnp.concatenate([x0[None], jnp.concatenate([qn, qdn], axis=1)])
         return jnp.where(fresh, xs, x_new), un, an
 
@@ -766,7 +740,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
 
             alpha0 = jnp.where(fresh, zero, jnp.ones((), dtype))
             _, alpha, x_new, u_new, a_new, J_new, C_new, accepted = jax.lax.while_loop(
-                ls_cond, ls_body, _batched_with((jnp.asarray(0), alpha0, xs, us, acc, J, C, jnp.asarray(False)), c))
+                ls_cond, ls_body, tracers.batched_with((jnp.asarray(0), alpha0, xs, us, acc, J, C, jnp.asarray(False)), c))
             counted = ~fresh  # a round's first trip evaluates; it is no iteration
             row = jnp.where(counted, it, max_iterations)  # (out of bounds: the log is left as it was)
             log = DDPLog(log.cost.at[row].set(jnp.where(accepted, J_new, J), mode="drop"),
@@ -794,7 +768,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         bw = _Backward(jnp.zeros((T, n), dtype), jnp.zeros((T, n, nx), dtype), jnp.asarray(True))
         init = (jnp.asarray(True), xs, us, acc, zero, zero, regularization, jnp.asarray(0), it, jnp.asarray(False),
                 jnp.asarray(False), log, gap, jnp.zeros((T + 1, nx), dtype), bw, zero, zero)
-        c = jax.lax.while_loop(cond, body, _batched_with(init, (xs, us, acc, lam, mu, it, log, gap)))
+        c = jax.lax.while_loop(cond, body, tracers.batched_with(init, (xs, us, acc, lam, mu, it, log, gap)))
         _, xs, us, acc, _, C, _, _, it, done, stop, log, gap, *_ = c
         return xs, us, acc, it, done, stop, log, gap, C
 
@@ -824,7 +798,8 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
     init = (xs0, us0, acc0, lam0, mu0, rounds0, jnp.asarray(0), jnp.asarray(0), jnp.asarray(False),
             jnp.asarray(False), jnp.asarray(jnp.inf, dtype), viol0, DDPLog(nan, nan, nan, nan, nan), jnp.asarray(jnp.inf, dtype),
             jnp.asarray(jnp.nan, dtype))
-    xs, us, acc, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap, C = jax.lax.while_loop(outer_cond, outer_body, _batched_with(init, (problem, us0, xs0, start)))
+    init = tracers.batched_with(init, (problem, us0, xs0, start))  # (one batching of each loop under vmap)
+    xs, us, acc, lam, mu_final, rounds, _, it, done, stop, viol, viol_ref, log, gap, C = jax.lax.while_loop(outer_cond, outer_body, init)
     return xs, us, lam, it, done, stop, log, gap, mu_final, rounds, viol_ref, C, acc
 
 

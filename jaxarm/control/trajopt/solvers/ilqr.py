@@ -215,7 +215,7 @@ def ilqr(
 
             one = jnp.asarray(1.0, dtype)
             _, alpha, x_new, z_new, J_new, accepted = jax.lax.while_loop(
-                ls_cond, ls_body, (jnp.asarray(0), one, x, z, J, jnp.asarray(False)))
+                ls_cond, ls_body, tracers.batched_with((jnp.asarray(0), one, x, z, J, jnp.asarray(False)), c))
             rel = jnp.where(accepted, _rel_change(J, J_new), 0.0)
             log = _record(log, it, jnp.where(accepted, J_new, J), rel, jnp.where(accepted, alpha, 0.0), reg)
             x, z, J = (jnp.where(accepted, a, b) for a, b in ((x_new, x), (z_new, z), (J_new, J)))
@@ -230,6 +230,7 @@ def ilqr(
             return x, z, J, reg, fails, it + 1, done, stop, log
 
         init = (x, z, J, jnp.asarray(regularization, dtype), jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log)
+        init = tracers.batched_with(init, (z, lam, mu, it, log))  # (under vmap: each loop batched once)
         x, z, J, reg, fails, it, done, stop, log = jax.lax.while_loop(cond, body, init)
         return z, it, done, log
 
@@ -240,5 +241,6 @@ def ilqr(
     z0 = setup.from_input(u_init)
     z, it, conv, log = _augmented_lagrangian(
         inner, constraint_values, z0, _zero_multipliers(setup, 1, dtype), mu0=mu, mu_growth=mu_growth, mu_max=1e8,
-        al_iterations=al_iterations, tol_violation=tol_violation, log=_empty_log(max_iterations, dtype))
+        al_iterations=al_iterations, tol_violation=tol_violation, log=_empty_log(max_iterations, dtype),
+        reads=(arm, problem, u_init))
     return _result(setup, z, jnp.zeros((0,), dtype), it, conv, tol_violation, log)

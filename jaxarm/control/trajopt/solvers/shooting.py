@@ -75,6 +75,7 @@ def _optax_minimize(fun, optimizer, max_iterations, tol, gtol, window):
 
         init = (params, state, jnp.full((window,), jnp.inf, dtype), jnp.asarray(jnp.inf, dtype), jnp.asarray(0), it,
                 jnp.asarray(False), jnp.asarray(False), log)
+        init = tracers.batched_with(init, (params, lam, mu, it, log))  # (under vmap: each loop batched once)
         params, state, _, _, _, it, done, _, log = jax.lax.while_loop(cond, body, init)
         return params, it, done, log
 
@@ -156,7 +157,7 @@ def shooting(
     z, it, conv, log = _augmented_lagrangian(
         _optax_minimize(objective, optimizer, max_iterations, tol, gtol, window), constraint_values, z0,
         _zero_multipliers(setup, 1, z0.dtype), mu0=mu, mu_growth=mu_growth, mu_max=1e8,
-        al_iterations=al_iterations, tol_violation=tol_violation, log=log)
+        al_iterations=al_iterations, tol_violation=tol_violation, log=log, reads=(arm, problem, u_init))
     return _result(setup, z, jnp.zeros((0,), z.dtype), it, conv, tol_violation, log)
 
 
@@ -230,7 +231,7 @@ def multiple_shooting(
     (z, starts), it, conv, log = _augmented_lagrangian(
         _optax_minimize(objective, optimizer, max_iterations, tol, gtol, window), constraint_values, params0,
         _zero_multipliers(setup, S, z0.dtype), mu0=mu, mu_growth=mu_growth, mu_max=1e8,
-        al_iterations=al_iterations, tol_violation=tol_violation, log=log)
+        al_iterations=al_iterations, tol_violation=tol_violation, log=log, reads=(arm, problem, u_init))
     _, defects = trajectory((z, starts))
     return _result(setup, z, defects, it, conv, tol_violation, log)
 
