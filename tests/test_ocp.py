@@ -269,6 +269,40 @@ def _while_loops(jaxpr) -> int:
     return count
 
 
+def test_a_carry_marked_for_vmap_is_the_identity_batched_where_what_it_reads_is_and_differentiates():
+    """tracers.batched_with: the carry as it is (values, dtypes); its batching rule batches every
+    leaf when a leaf of the carry or of what it reads is, and leaves it alone when nothing is;
+    under vmap, forward and reverse mode a loop computes what it computes without it
+    (f = x + a x + a^2 x by a scan of three steps)."""
+    from jaxarm.core.tracers import batched_with
+
+    def f(a, x, mark=True):
+        init = (x, jnp.asarray(0.0), jnp.asarray(0))
+        init = batched_with(init, (a,)) if mark else init
+        (_, total, steps), _ = jax.lax.scan(lambda c, _: ((c[0] * a, c[1] + c[0], c[2] + 1), None), init, None, length=3)
+        return total + 0.0 * steps
+
+    from jaxarm.core.tracers import _mark_batched_rule
+
+    carry = batched_with((jnp.ones(2), jnp.asarray(3), jnp.asarray(True)), (jnp.zeros(4),))
+    assert [x.dtype for x in carry] == [jnp.ones(2).dtype, jnp.asarray(3).dtype, bool] and int(carry[1]) == 3
+    # the batching rule: every leaf batched (broadcast where it was not) when a leaf read is batched
+    leaves, refs = [jnp.asarray(0), jnp.ones((3, 2))], [jnp.zeros((3, 4))]
+    out, batched = _mark_batched_rule(3, ([False, True], [True]), leaves, refs)
+    assert batched == [True, True] and out[0].shape == (3,) and out[1] is leaves[1]
+    out, batched = _mark_batched_rule(3, ([False, True], [False]), leaves, refs)
+    assert batched == [True, True] and out[0].shape == (3,)  # (a batched carry leaf counts too)
+    out, batched = _mark_batched_rule(3, ([False, False], [False]), [jnp.asarray(0), jnp.ones(2)], [jnp.zeros(4)])
+    assert batched == [False, False] and out[0].shape == () and out[1].shape == (2,)  # nothing batched: left alone
+    a, x = jnp.array([1.0, 2.0, 0.5]), jnp.array([1.0, 1.0, 2.0])
+    for marked in (True, False):
+        assert_close(jax.vmap(lambda a, x: f(a, x, marked))(a, x), x + a * x + a**2 * x, rtol=1e-15)
+        grads = jax.vmap(jax.grad(lambda a, x: f(a, x, marked), argnums=(0, 1)))(a, x)
+        assert_close(grads[0], x + 2 * a * x, rtol=1e-15)
+        assert_close(grads[1], 1 + a + a**2, rtol=1e-15)
+        assert_close(jax.jvp(lambda s: f(s, 1.0, marked), (2.0,), (1.0,))[1], 5.0, rtol=1e-15)
+
+
 @pytest.mark.parametrize("batched", ["params", "x0"])
 def test_vmap_batches_each_loop_of_the_solver_once(monkeypatch, batched):
     """jax.vmap of a solve batches each loop body of the solver once: every loop's carry starts
