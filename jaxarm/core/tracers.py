@@ -2,7 +2,8 @@
 the form of a program (which transformations are around a call, whether it is being staged out).
 They are jax internals (``jax._src.interpreters``); where this jax lacks one, the kinds it cannot
 tell apart are reported as absent and the programs keep their default forms. Also here:
-:func:`batched_with`, which starts a loop's carry batched under ``jax.vmap`` (public API only)."""
+:func:`batched_with`, which starts a loop's carry batched under ``jax.vmap`` (built on jax's
+public ``custom_vmap`` and ``custom_jvp`` only)."""
 
 from __future__ import annotations
 
