@@ -1,4 +1,5 @@
-"""Random, physically consistent arms and states for the test-suite.
+"""Random, physically consistent arms and states for the test-suite (and two probes of traced
+programs: :func:`count_primitive`, :func:`while_loop_batchings`).
 
 ``random_arm(seed, ...)`` draws a complete arm through :func:`jaxarm.make_arm`, so every test
 exercises the same public construction path a user takes. Inertias are built from a positive
@@ -199,3 +200,29 @@ def central_differences(loss, problem, get, put, h):
         e = e.reshape(base.shape)
         out[i] = (float(loss(put(problem, base + e))[0]) - float(loss(put(problem, base - e))[0])) / (2 * h)
     return out.reshape(base.shape)
+
+
+def count_primitive(jaxpr, name: str) -> int:
+    """How many equations of primitive ``name`` a jaxpr holds, those of its sub-jaxprs (loop bodies,
+    branches, calls) included."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        count += eqn.primitive.name == name
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # a closed jaxpr's own
+                if hasattr(sub, "eqns"):
+                    count += count_primitive(sub, name)
+    return count
+
+
+def while_loop_batchings(monkeypatch) -> list:
+    """A list that grows by one entry at each call of jax's while-loop batching rule (a jax
+    internal, wrapped for the test through ``monkeypatch``): one per loop body jax.vmap batches."""
+    from jax._src.interpreters import batching
+    from jax._src.lax.control_flow import loops
+
+    calls = []
+    rule = batching.fancy_primitive_batchers[loops.while_p]
+    monkeypatch.setitem(batching.fancy_primitive_batchers, loops.while_p, lambda *a, **k: calls.append(1) or rule(*a, **k))
+    return calls

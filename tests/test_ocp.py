@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import central_differences
+from helpers import central_differences, count_primitive, while_loop_batchings
 
 import jaxarm
 from jaxarm import trajopt
@@ -253,22 +253,6 @@ def test_vmap_over_goals_equals_a_loop(reach_solutions):
         assert bool(batched.converged[i])
 
 
-def _while_loops(jaxpr) -> int:
-    """The while loops of a jaxpr, those of its sub-jaxprs (loop bodies, branches, calls) included."""
-    from jax.extend.core import ClosedJaxpr, Jaxpr
-
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += eqn.primitive.name == "while"
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (tuple, list)) else (param,):
-                if isinstance(sub, ClosedJaxpr):
-                    count += _while_loops(sub.jaxpr)
-                elif isinstance(sub, Jaxpr):
-                    count += _while_loops(sub)
-    return count
-
-
 def test_a_carry_marked_for_vmap_is_the_identity_batched_where_what_it_reads_is_and_differentiates():
     """tracers.batched_with: the carry as it is (values, dtypes); its batching rule batches every
     leaf when a leaf of the carry or of what it reads is, and leaves it alone when nothing is;
@@ -311,14 +295,9 @@ def test_vmap_batches_each_loop_of_the_solver_once(monkeypatch, batched):
     (the Panda reach around an obstacle, 4 goals: 14 batchings of its while loops, now 5; the
     trace took 4.2-4.9 s against 6.5-10.4 s). Counted while tracing, so nothing compiles: each
     call of jax's while-loop batching rule leaves exactly one loop in the batched program."""
-    from jax._src.interpreters import batching
-    from jax._src.lax.control_flow import loops
-
     arm = two_link()
     problem, goal = reach_ocp(arm, constraints=terms.keep_out_sphere(jaxarm.tool_pose(arm, Q0)[:3, 3] + 0.15, 0.05))
-    calls = []
-    rule = batching.fancy_primitive_batchers[loops.while_p]
-    monkeypatch.setitem(batching.fancy_primitive_batchers, loops.while_p, lambda *a, **k: calls.append(1) or rule(*a, **k))
+    calls = while_loop_batchings(monkeypatch)
     if batched == "params":
         solve = jax.vmap(lambda g: trajopt.ddp(problem.replace(params={"goal": g})).u)
         values = goal + jnp.array([[0.0, 0.0, 0.0], [-0.05, 0.05, 0.0], [0.02, 0.0, 0.0]])
@@ -327,7 +306,8 @@ def test_vmap_batches_each_loop_of_the_solver_once(monkeypatch, batched):
         values = jnp.stack([problem.x0, problem.x0 + 0.01])
     jaxpr = jax.make_jaxpr(jax.jit(solve))(values).jaxpr
     assert len(calls) >= 5  # the solver's loops: augmented-Lagrangian rounds, DDP trips, line search, box QP, ...
-    assert len(calls) == _while_loops(jaxpr), (len(calls), _while_loops(jaxpr))
+    loops = count_primitive(jaxpr, "while")
+    assert len(calls) == loops, (len(calls), loops)
 
 
 def test_a_problem_closed_over_by_a_jit_keeps_its_arm_constant_and_solves_the_same(reach_solutions, monkeypatch):

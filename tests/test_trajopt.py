@@ -28,7 +28,7 @@ import jaxarm
 from jaxarm import trajopt
 from jaxarm.core.xla import compiler_options
 
-from helpers import assert_close
+from helpers import assert_close, count_primitive, while_loop_batchings
 
 TORQUE_LIMITS = np.array([20.0, 8.0])  # joint 1's limit is active in the reach below (unlimited it needs ~23 N m)
 T, DT = 20, 0.05
@@ -393,20 +393,15 @@ def test_vmap_batches_each_loop_of_the_solver_once(monkeypatch, solver):
     of its 3 while loops before; its trace 9.6-11.9 s -> 6.5-6.7 s, iLQR's 7.6-8.9 s -> 4.5-5.1 s).
     Counted while tracing, nothing compiled: each call of jax's while-loop batching rule leaves
     exactly one loop in the batched program."""
-    from jax._src.interpreters import batching
-    from jax._src.lax.control_flow import loops
-    from test_ocp import _while_loops
-
-    calls = []
-    rule = batching.fancy_primitive_batchers[loops.while_p]
-    monkeypatch.setitem(batching.fancy_primitive_batchers, loops.while_p, lambda *a, **k: calls.append(1) or rule(*a, **k))
+    calls = while_loop_batchings(monkeypatch)
     arms, problems = two_problems()
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *problems)
     options = {"shooting": SHOOTING_AL, "multiple_shooting": MULTIPLE_SHOOTING, "ilqr": {}}[solver]
     solve = jax.vmap(lambda a, p, u: _solver(solver, **options)(a, p, u).u, in_axes=(0, 0, None))
     jaxpr = jax.make_jaxpr(solve)(jaxarm.stack_arms(arms), stacked, hold_start(arms[0], problems[0])).jaxpr
     assert len(calls) >= 3  # the augmented-Lagrangian rounds, the inner iterations, a line search
-    assert len(calls) == _while_loops(jaxpr), (len(calls), _while_loops(jaxpr))
+    loops = count_primitive(jaxpr, "while")
+    assert len(calls) == loops, (len(calls), loops)
 
 # --------------------------------------------------------------------------- warm start
 

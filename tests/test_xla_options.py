@@ -11,7 +11,7 @@ import pytest
 
 import jaxarm
 from jaxarm.core import xla as _xla
-from tests.helpers import random_arm
+from tests.helpers import count_primitive, random_arm
 from tests.helpers_sim import BLOCK, roll, sim_arm, with_drives
 
 
@@ -127,19 +127,6 @@ def test_rolled_runge_kutta_equals_the_written_out_steps():
         integrators.explicit_rk(*integrators.KUTTA3, loop="gpu")
 
 
-def _scans(jaxpr):
-    """How many scans a jaxpr holds, nested ones included."""
-    count = 0
-    for eqn in jaxpr.eqns:
-        count += eqn.primitive.name == "scan"
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                sub = getattr(sub, "jaxpr", sub)  # a closed jaxpr's own
-                if hasattr(sub, "eqns"):
-                    count += _scans(sub)
-    return count
-
-
 def test_runge_kutta_stages_run_written_out_unless_a_derivative_needs_the_loop_on_a_cpu(monkeypatch):
     """By name, "rk3" traces its stages one after the other in a rollout that is not
     differentiated, on every platform, and in one differentiated in reverse mode only with the arm
@@ -166,7 +153,7 @@ def test_runge_kutta_stages_run_written_out_unless_a_derivative_needs_the_loop_o
         return final(u + 1.0, gain, method, arm=a)
 
     def scans(f, *args):
-        return _scans(jax.make_jaxpr(f)(*args).jaxpr)
+        return count_primitive(jax.make_jaxpr(f)(*args).jaxpr, "scan")
 
     written = integrators.explicit_rk(*integrators.KUTTA3, loop=False)
     looped = integrators.explicit_rk(*integrators.KUTTA3, loop=True)
