@@ -768,7 +768,7 @@ def _solve_impl(problem: OCP, us0, xs0, start, options: _Options):
         bw = _Backward(jnp.zeros((T, n), dtype), jnp.zeros((T, n, nx), dtype), jnp.asarray(True))
         init = (jnp.asarray(True), xs, us, acc, zero, zero, regularization, jnp.asarray(0), it, jnp.asarray(False),
                 jnp.asarray(False), log, gap, jnp.zeros((T + 1, nx), dtype), bw, zero, zero)
-        c = jax.lax.while_loop(cond, body, tracers.batched_with(init, (xs, us, acc, lam, mu, it, log, gap)))
+        c = jax.lax.while_loop(cond, body, tracers.batched_with(init, (lam, mu)))
         _, xs, us, acc, _, C, _, _, it, done, stop, log, gap, *_ = c
         return xs, us, acc, it, done, stop, log, gap, C
 

@@ -230,7 +230,7 @@ def ilqr(
             return x, z, J, reg, fails, it + 1, done, stop, log
 
         init = (x, z, J, jnp.asarray(regularization, dtype), jnp.asarray(0), it, jnp.asarray(False), jnp.asarray(False), log)
-        init = tracers.batched_with(init, (z, lam, mu, it, log))  # (under vmap: each loop batched once)
+        init = tracers.batched_with(init, (lam, mu))  # (under vmap: each loop batched once)
         x, z, J, reg, fails, it, done, stop, log = jax.lax.while_loop(cond, body, init)
         return z, it, done, log
 

@@ -75,7 +75,7 @@ def _optax_minimize(fun, optimizer, max_iterations, tol, gtol, window):
 
         init = (params, state, jnp.full((window,), jnp.inf, dtype), jnp.asarray(jnp.inf, dtype), jnp.asarray(0), it,
                 jnp.asarray(False), jnp.asarray(False), log)
-        init = tracers.batched_with(init, (params, lam, mu, it, log))  # (under vmap: each loop batched once)
+        init = tracers.batched_with(init, (lam, mu))  # (under vmap: each loop batched once)
         params, state, _, _, _, it, done, _, log = jax.lax.while_loop(cond, body, init)
         return params, it, done, log
 
