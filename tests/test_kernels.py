@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxarm
-from helpers import assert_close, random_arm, random_state, random_wrench
+from helpers import assert_close, count_primitive, random_arm, random_state, random_wrench
 import oracles
 from jaxarm import drives, linalg
 from jaxarm.dynamics import algebra as _kernels
@@ -373,9 +373,9 @@ def test_cholesky_on_scalars_matches_numpy():
 
 
 def _count(j, name):
-    jaxpr = getattr(j, "jaxpr", j)
-    inner = [getattr(v, "jaxpr", v) for e in jaxpr.eqns for v in e.params.values()]
-    return sum(e.primitive.name == name for e in jaxpr.eqns) + sum(_count(v, name) for v in inner if hasattr(v, "eqns"))
+    """Equations of primitive ``name`` in a traced program, its loops' bodies and its conditionals'
+    branches included (helpers.count_primitive)."""
+    return count_primitive(getattr(j, "jaxpr", j), name)
 
 
 def test_reverse_mode_gathers_a_vectors_cotangents_by_selects_and_reads_them_by_one_split():
