@@ -203,8 +203,9 @@ def central_differences(loss, problem, get, put, h):
 
 
 def count_primitive(jaxpr, name: str) -> int:
-    """How many equations of primitive ``name`` a jaxpr holds, those of its sub-jaxprs (loop bodies,
-    branches, calls) included."""
+    """How many equations of primitive ``name`` a jaxpr (or a closed jaxpr, as ``jax.make_jaxpr``
+    returns) holds, those of its sub-jaxprs (loop bodies, branches, calls) included."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # a closed jaxpr's own
     count = 0
     for eqn in jaxpr.eqns:
         count += eqn.primitive.name == name

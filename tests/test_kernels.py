@@ -372,12 +372,6 @@ def test_cholesky_on_scalars_matches_numpy():
     assert_close(linalg.cholesky_solve(jnp.asarray(M), jnp.asarray(b)), np.linalg.solve(M, b), 1e-13, "array Cholesky")
 
 
-def _count(j, name):
-    """Equations of primitive ``name`` in a traced program, its loops' bodies and its conditionals'
-    branches included (helpers.count_primitive)."""
-    return count_primitive(getattr(j, "jaxpr", j), name)
-
-
 def test_reverse_mode_gathers_a_vectors_cotangents_by_selects_and_reads_them_by_one_split():
     """The recursions read a joint vector's entries by one split (algebra.entries) and assemble
     their results with algebra.vector. In reverse mode the cotangents of the entries are put back
@@ -390,9 +384,9 @@ def test_reverse_mode_gathers_a_vectors_cotangents_by_selects_and_reads_them_by_
     q, qd, x = random_state(5, arm.n)
     loss = lambda q, qd, x: jnp.sum(jaxarm.inverse_dynamics(arm, q, qd, x))  # noqa: E731
     grad = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, qd, x)
-    assert _count(grad, "pad") == 0 and _count(grad, "concatenate") == 0
-    assert _count(grad, "reduce_sum") == _count(jax.make_jaxpr(loss)(q, qd, x), "reduce_sum")  # the loss's own sum only
-    assert _count(grad, "jaxarm_entries") >= 1  # the torques' cotangent, read by one split
+    assert count_primitive(grad, "pad") == 0 and count_primitive(grad, "concatenate") == 0
+    assert count_primitive(grad, "reduce_sum") == count_primitive(jax.make_jaxpr(loss)(q, qd, x), "reduce_sum")  # the loss's own sum only
+    assert count_primitive(grad, "jaxarm_entries") >= 1  # the torques' cotangent, read by one split
     parts = _kernels.entries(jnp.asarray([1.0, 2.0, 3.0]))
     assert [float(p) for p in parts] == [1.0, 2.0, 3.0] and all(jnp.shape(p) == () for p in parts)
     constant = np.array([1.0, 2.0])
@@ -487,9 +481,9 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations(wit
     assert_close(w, jnp.asarray([[1.0, 2.0, 1.0], [3.0, 2.0, 9.0]]), 0.0, "vector with an unbatched entry")
     stored, other = ("jaxarm_stored_after", "jaxarm_materialized") if witness else ("jaxarm_materialized", "jaxarm_stored_after")
     reverse = jax.make_jaxpr(jax.grad(ours))(v)
-    assert _count(reverse, stored) == 1 and _count(reverse, other) == 0
+    assert count_primitive(reverse, stored) == 1 and count_primitive(reverse, other) == 0
     forward = jax.make_jaxpr(lambda v, t: jax.jvp(ours, (v,), (t,)))(v, t)
-    assert _count(forward, "jaxarm_materialized") == 0 and _count(forward, "jaxarm_stored_after") == 0
+    assert count_primitive(forward, "jaxarm_materialized") == 0 and count_primitive(forward, "jaxarm_stored_after") == 0
     if jax.default_backend() == "cpu":  # lowered as a conditional on a CPU only
         assert " conditional(" in jax.jit(jax.vmap(jax.grad(ours))).lower(V).compile().as_text()
         assert " conditional(" not in jax.jit(jax.vmap(jax.grad(plain))).lower(V).compile().as_text()
