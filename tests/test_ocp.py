@@ -98,6 +98,41 @@ def reach_solutions(solve):
     return arm, problem, goal, feasible, infeasible, x_init
 
 
+def test_a_knots_box_qp_and_gains_are_the_same_for_one_problem_and_a_batch_and_satisfy_its_kkt_conditions():
+    """The backward pass's knot QP (min g.x + x.H x / 2, lo <= x <= hi) with its feedback gains
+    K = -H_ff^-1 R_f: one problem solves the gains with the unconstrained minimizer, a batch after
+    the free set is known (``_knot_qp``); both agree with each other and with the QP's optimality
+    conditions, for knots with no bound active, some, and every one."""
+    from jaxarm.control.trajopt.solvers.ddp import _knot_qp
+
+    rng = np.random.default_rng(7)
+    m, nx, N = 5, 8, 12
+    A = rng.normal(size=(N, m, m))
+    H = A @ np.swapaxes(A, 1, 2) + 0.5 * np.eye(m)
+    g = rng.normal(size=(N, m)) * np.linspace(0.1, 30.0, N)[:, None]  # small steps inside, large ones clamped
+    lo, hi = -np.ones(m) * rng.uniform(0.5, 2.0, m), np.ones(m) * rng.uniform(0.5, 2.0, m)
+    R = rng.normal(size=(N, m, nx))
+    batch = jax.jit(jax.vmap(_knot_qp, in_axes=(0, 0, None, None, 0)))(H, g, lo, hi, R)
+    single = jax.jit(_knot_qp)
+    clamped_counts = set()
+    for i in range(N):
+        x, free, K, ok = single(H[i], g[i], lo, hi, R[i])
+        for got, want in zip((x, free, K, ok), batch):
+            assert_close(np.asarray(got), np.asarray(want[i]), rtol=1e-10, atol=1e-12)
+        x, free, K = np.asarray(x), np.asarray(free), np.asarray(K)
+        assert bool(ok) and np.all(x >= lo) and np.all(x <= hi)
+        grad = g[i] + H[i] @ x
+        # free rows: stationary; clamped rows: at a bound, the gradient pointing out of the box
+        assert_close(grad[free], 0.0, atol=1e-9 * (1.0 + np.abs(g[i]).max()))
+        at_lo, at_hi = ~free & np.isclose(x, lo), ~free & np.isclose(x, hi)
+        assert np.all(at_lo | at_hi | free) and np.all(grad[at_lo] > 0) and np.all(grad[at_hi] < 0)
+        want_K = np.zeros((m, nx))
+        want_K[free] = -np.linalg.solve(H[i][np.ix_(free, free)], R[i][free])
+        assert_close(K, want_K, rtol=1e-9, atol=1e-12)
+        clamped_counts.add(int(np.sum(~free)))
+    assert 0 in clamped_counts and len(clamped_counts) > 2, clamped_counts  # inside, partly and (nearly) fully clamped knots
+
+
 def test_box_ddp_never_leaves_the_box_and_the_limit_is_active(reach_solutions):
     arm, problem, goal, res, _, _ = reach_solutions
     assert bool(res.converged), res.reason()

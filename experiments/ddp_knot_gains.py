@@ -1,0 +1,111 @@
+"""The backward pass's knot QP with its gains solved together with the Newton step, against after it.
+
+    python experiments/ddp_knot_gains.py [--arms panda puma560] [--batches 0 8] [--rounds 20]
+
+Each knot of ``trajopt.ddp``'s backward pass solves a box QP for the input step and the feedback
+gains K = -Q_uu,ff^-1 Q_ux,f (Tassa, Mansard & Todorov 2014). For one problem the gains' right-hand
+sides are solved in the same substitution as the unconstrained Newton step (which is the answer at
+most knots, where no bound is active); a batch (``jax.vmap``) solves them after the box QP, since
+it evaluates both branches of the QP's conditional for every problem
+(``jaxarm.control.trajopt.solvers.ddp._knot_qp``). This compares the two forms in one process on
+the same problems: "joint" is the solver as it is, "after" the solver with the batch's form for one
+problem as well (the form both used before). Both are compiled first, checked to take the same
+iterations to the same cost, then timed in alternation (``--rounds`` calls of each), so that a busy
+machine slows both alike. One JSON line per arm and batch (0: one problem, not in a ``vmap``).
+
+The problem: the reach of ``experiments/trajopt_crocoddyl.py`` (100 semi-implicit Euler knots of
+10 ms, tool 0.35 m sideways and 0.3 m up, effort, goal, posture and speed terms, the torque limits
+as the box) on a bundled arm; a batch reaches goals scattered around it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxarm  # noqa: E402
+from jaxarm import trajopt  # noqa: E402
+from jaxarm.control.trajopt.solvers import ddp as ddp_module  # noqa: E402
+from jaxarm.trajopt import terms  # noqa: E402
+
+T, DT = 100, 0.01
+Q0 = {"panda": [0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785], "puma560": [0.0, 0.785, -3.14, 0.0, 0.785, 0.0]}  # Corke's nominal pose "qn"
+
+
+def reach(name, batch):
+    arm = jaxarm.load_arm(name)
+    q0 = np.asarray(Q0.get(name, np.mean(np.asarray(arm.limits.position), axis=1)))
+    lim = np.asarray(arm.limits.torque)
+    p0 = np.asarray(jaxarm.tool_pose(arm, q0)[:3, 3])
+    rng = np.random.default_rng(0)
+    goals = p0 + np.column_stack([rng.uniform(-0.15, 0.15, max(batch, 1)), rng.uniform(0.2, 0.4, max(batch, 1)),
+                                  rng.uniform(0.1, 0.3, max(batch, 1))])
+    goals[0] = p0 + np.array([0.0, 0.35, 0.3])
+    costs = (terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
+             + terms.joint_position(q0, 1.0, when="path") + terms.joint_velocity(0.1, when="path"))
+    problem = trajopt.ocp(arm, q0, T, DT, costs=costs, params={"goal": jnp.asarray(goals[0])}, method="semi_implicit_euler",
+                          joint_limits=False)
+    return problem, jnp.asarray(goals if batch else goals[0])
+
+
+def compiled(problem, arg, batch, form):
+    """The solve compiled with the knot QP's gains in ``form`` ("joint": as it is; "after": the batch's form)."""
+    original = ddp_module._knot_qp
+    if form == "after":
+        ddp_module._knot_qp = functools.partial(ddp_module._box_qp, joint=False)
+    try:
+        f = lambda g: trajopt.ddp(problem.replace(params={"goal": g}))  # noqa: E731
+        f = jax.vmap(f) if batch else f
+        t0 = time.perf_counter()
+        c = jax.jit(f).lower(arg).compile(dict(jaxarm.compiler_options()))
+        return c, time.perf_counter() - t0
+    finally:
+        ddp_module._knot_qp = original
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arms", nargs="+", default=["panda", "puma560"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[0, 8])
+    ap.add_argument("--rounds", type=int, default=20)
+    args = ap.parse_args(argv)
+    for name in args.arms:
+        for batch in args.batches:
+            problem, arg = reach(name, batch)
+            programs, results, compile_s = {}, {}, {}
+            for form in ("joint", "after"):
+                programs[form], compile_s[form] = compiled(problem, arg, batch, form)
+                results[form] = jax.block_until_ready(programs[form](arg))
+            a, b = results["joint"], results["after"]
+            if not (np.array_equal(np.asarray(a.iterations), np.asarray(b.iterations))
+                    and np.allclose(np.asarray(a.cost), np.asarray(b.cost), rtol=1e-9, atol=0.0)):
+                raise AssertionError(f"{name} batch {batch}: the two forms differ: iterations {a.iterations} / {b.iterations}, "
+                                     f"cost {a.cost} / {b.cost}")
+            times = {form: [] for form in programs}
+            for _ in range(args.rounds):
+                for form, program in programs.items():
+                    t0 = time.perf_counter()
+                    jax.block_until_ready(program(arg))
+                    times[form].append(time.perf_counter() - t0)
+            row = dict(case="ddp_knot_gains", arm=name, batch=batch, iterations=np.asarray(a.iterations).tolist(),
+                       rounds=args.rounds, device=str(jax.devices()[0]))
+            for form, ts in times.items():
+                ts = np.sort(ts)
+                row[form] = dict(min_ms=round(1e3 * ts[0], 2), median_ms=round(1e3 * float(np.median(ts)), 2),
+                                 compile_s=round(compile_s[form], 2))
+            row["median_ratio_joint_over_after"] = round(row["joint"]["median_ms"] / row["after"]["median_ms"], 3)
+            print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
