@@ -13,9 +13,10 @@ problem as well (the form both used before). Both are compiled first, checked to
 iterations to the same cost, then timed in alternation (``--rounds`` calls of each), so that a busy
 machine slows both alike. One JSON line per arm and batch (0: one problem, not in a ``vmap``).
 
-The problem: the reach of ``experiments/trajopt_crocoddyl.py`` (100 semi-implicit Euler knots of
-10 ms, tool 0.35 m sideways and 0.3 m up, effort, goal, posture and speed terms, the torque limits
-as the box) on a bundled arm; a batch reaches goals scattered around it.
+The problem: the reach of ``experiments/trajopt_crocoddyl.py`` (its ``reach_ocp``: 100
+semi-implicit Euler knots of 10 ms, tool 0.35 m sideways and 0.3 m up, effort, goal, posture and
+speed terms, the torque limits as the box) on a bundled arm; a batch reaches goals scattered
+around it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import sys
 import time
+from pathlib import Path
 
 import jax
 
@@ -35,25 +38,17 @@ import numpy as np  # noqa: E402
 import jaxarm  # noqa: E402
 from jaxarm import trajopt  # noqa: E402
 from jaxarm.control.trajopt.solvers import ddp as ddp_module  # noqa: E402
-from jaxarm.trajopt import terms  # noqa: E402
 
-T, DT = 100, 0.01
-Q0 = {"panda": [0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785], "puma560": [0.0, 0.785, -3.14, 0.0, 0.785, 0.0]}  # Corke's nominal pose "qn"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import trajopt_crocoddyl  # noqa: E402  the reach of the Crocoddyl comparison, on a bundled arm here
+
+Q0 = {"panda": trajopt_crocoddyl.ARMS["panda"][3], "puma560": [0.0, 0.785, -3.14, 0.0, 0.785, 0.0]}  # Puma: Corke's "qn"
 
 
 def reach(name, batch):
     arm = jaxarm.load_arm(name)
-    q0 = np.asarray(Q0.get(name, np.mean(np.asarray(arm.limits.position), axis=1)))
-    lim = np.asarray(arm.limits.torque)
-    p0 = np.asarray(jaxarm.tool_pose(arm, q0)[:3, 3])
-    rng = np.random.default_rng(0)
-    goals = p0 + np.column_stack([rng.uniform(-0.15, 0.15, max(batch, 1)), rng.uniform(0.2, 0.4, max(batch, 1)),
-                                  rng.uniform(0.1, 0.3, max(batch, 1))])
-    goals[0] = p0 + np.array([0.0, 0.35, 0.3])
-    costs = (terms.effort(1.0 / lim**2) + terms.tool_position("goal", 1e4) + terms.joint_velocity(1e2)
-             + terms.joint_position(q0, 1.0, when="path") + terms.joint_velocity(0.1, when="path"))
-    problem = trajopt.ocp(arm, q0, T, DT, costs=costs, params={"goal": jnp.asarray(goals[0])}, method="semi_implicit_euler",
-                          joint_limits=False)
+    q0 = Q0.get(name, np.mean(np.asarray(arm.limits.position), axis=1))
+    problem, goals = trajopt_crocoddyl.reach_ocp(arm, q0, trajopt_crocoddyl.ARMS["panda"][5], max(batch, 1))
     return problem, jnp.asarray(goals if batch else goals[0])
 
 

@@ -100,6 +100,23 @@ def crocoddyl(python, spec):
     return json.loads(proc.stdout)
 
 
+def reach_ocp(arm, q0, offset, goals: int):
+    """The reach as a ``trajopt.ocp`` (the cost of the module docstring, the torque limits as the
+    input box, no joint limits) and ``goals`` goals (goals, 3): the first the start's tool position
+    plus ``offset``, the others scattered around it (seeded)."""
+    q0 = np.asarray(q0)
+    lim = np.asarray(arm.limits.torque)
+    p0 = np.asarray(jaxarm.tool_pose(arm, q0)[:3, 3])
+    rng = np.random.default_rng(0)
+    out = p0 + np.column_stack([rng.uniform(-0.15, 0.15, goals), rng.uniform(0.2, 0.4, goals), rng.uniform(0.1, 0.3, goals)])
+    out[0] = p0 + np.asarray(offset)
+    costs = (terms.effort(1.0 / lim**2) + terms.tool_position("goal", W_GOAL) + terms.joint_velocity(W_VEL)
+             + terms.joint_position(q0, W_POSTURE, when="path") + terms.joint_velocity(W_SPEED, when="path"))
+    problem = trajopt.ocp(arm, q0, T, DT, costs=costs, params={"goal": jnp.asarray(out[0])}, method="semi_implicit_euler",
+                          joint_limits=False)
+    return problem, out
+
+
 def run_arm(name, robots, python, batches, repeats, pool=None, parts=False, workers=(None,)):
     rel, base, tip, q0, locked, offset = ARMS[name]
     urdf = robots / rel
@@ -109,17 +126,9 @@ def run_arm(name, robots, python, batches, repeats, pool=None, parts=False, work
     arm = arm.replace(drives=dataclasses.replace(arm.drives, viscous_friction=np.zeros(arm.n)))
     q0 = np.asarray(q0)
     lim = np.asarray(arm.limits.torque)
-    p0 = np.asarray(jaxarm.tool_pose(arm, q0)[:3, 3])
-    goal = p0 + np.asarray(offset)
-    rng = np.random.default_rng(0)
-    B = max(batches)
-    goals = p0 + np.column_stack([rng.uniform(-0.15, 0.15, B), rng.uniform(0.2, 0.4, B), rng.uniform(0.1, 0.3, B)])
-    goals[0] = goal
+    problem, goals = reach_ocp(arm, q0, offset, max(batches))
+    goal = goals[0]
     w_effort = 1.0 / lim**2
-    costs = (terms.effort(w_effort) + terms.tool_position("goal", W_GOAL) + terms.joint_velocity(W_VEL)
-             + terms.joint_position(q0, W_POSTURE, when="path") + terms.joint_velocity(W_SPEED, when="path"))
-    problem = trajopt.ocp(arm, q0, T, DT, costs=costs, params={"goal": jnp.asarray(goal)}, method="semi_implicit_euler",
-                          joint_limits=False)
 
     spec = dict(urdf=str(urdf), tip_frame=tip, locked=locked, q0=q0.tolist(), goals=goals.tolist(), T=T, dt=DT,
                 w_effort=w_effort.tolist(), w_goal=W_GOAL, w_vel=W_VEL, w_posture=W_POSTURE, w_speed=W_SPEED, u_lb=(-lim).tolist(), u_ub=lim.tolist(),
