@@ -67,6 +67,18 @@ def compiled(problem, arg, batch, form):
         ddp_module._knot_qp = original
 
 
+def in_alternation(programs, arg, rounds):
+    """Wall times (s) of ``rounds`` calls of each compiled program on ``arg``, one call of each in
+    turn, so that a busy machine slows every program alike: {name: [seconds, ...]}."""
+    times = {name: [] for name in programs}
+    for _ in range(rounds):
+        for name, program in programs.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(program(arg))
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arms", nargs="+", default=["panda", "puma560"])
@@ -85,12 +97,7 @@ def main(argv=None):
                     and np.allclose(np.asarray(a.cost), np.asarray(b.cost), rtol=1e-9, atol=0.0)):
                 raise AssertionError(f"{name} batch {batch}: the two forms differ: iterations {a.iterations} / {b.iterations}, "
                                      f"cost {a.cost} / {b.cost}")
-            times = {form: [] for form in programs}
-            for _ in range(args.rounds):
-                for form, program in programs.items():
-                    t0 = time.perf_counter()
-                    jax.block_until_ready(program(arg))
-                    times[form].append(time.perf_counter() - t0)
+            times = in_alternation(programs, arg, args.rounds)
             row = dict(case="ddp_knot_gains", arm=name, batch=batch, iterations=np.asarray(a.iterations).tolist(),
                        rounds=args.rounds, device=str(jax.devices()[0]))
             for form, ts in times.items():

@@ -131,6 +131,11 @@ def test_a_knots_box_qp_and_gains_are_the_same_for_one_problem_and_a_batch_and_s
         assert_close(K, want_K, rtol=1e-9, atol=1e-12)
         clamped_counts.add(int(np.sum(~free)))
     assert {0, m} <= clamped_counts and len(clamped_counts) > 2, clamped_counts  # knots inside, partly and wholly clamped
+    # no library factorization in the QP, for one problem or a batch: a call into LAPACK would keep
+    # XLA:CPU from compiling the backward pass's loop over the knots into one kernel
+    for f in (_knot_qp, jax.vmap(_knot_qp, in_axes=(0, 0, None, None, 0))):
+        args = (H[0], g[0], lo, hi, R[0]) if f is _knot_qp else (H, g, lo, hi, R)
+        assert count_primitive(jax.make_jaxpr(f)(*args), "cholesky") == 0
 
 
 def test_box_ddp_never_leaves_the_box_and_the_limit_is_active(reach_solutions):

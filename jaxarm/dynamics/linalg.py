@@ -82,6 +82,27 @@ def cholesky_factor(M):
     return jnp.stack([jnp.stack([L[i][j] if j <= i else zero for j in range(n)], axis=-1) for i in range(n)], axis=-2)
 
 
+def cholesky_factor_columns(M):
+    """The lower Cholesky factor L (m, m) of a symmetric positive definite M (m, m), one column per
+    trip of a loop (the gaxpy Cholesky, Golub & Van Loan alg. 4.2.1: v = M[:, j] - L L[j]^T, the
+    columns from j on still zero; L[j:, j] = v[j:] / sqrt(v[j])); NaN entries where M is not
+    positive definite. Only the lower triangle of M is read.
+
+    For a loop that factors a small matrix at every trip (a backward pass over the knots of an
+    optimal-control problem): no library call, which XLA:CPU cannot put inside a loop compiled as
+    one kernel (:func:`jaxarm.core.xla.loop_kernels`), and m trips of a few vector operations
+    instead of the O(m^3) scalar operations of :func:`cholesky_factor`, so the program stays
+    small. Under ``jax.vmap`` each trip is vectorized over the batch."""
+    m = M.shape[-1]
+    rows = jnp.arange(m)
+
+    def column(j, L):
+        v = M[:, j] - L @ L[j]
+        return L.at[:, j].set(jnp.where(rows >= j, v / jnp.sqrt(v[j]), 0.0))
+
+    return jax.lax.fori_loop(0, m, column, jnp.zeros_like(M))
+
+
 # jaxlib's LAPACK kernels split a batch of matrices over XLA:CPU's thread pool when the batch's
 # work is at least this many floating-point operations (its ParallelBatchMap), and wait for the
 # parts on a thread of that same pool
