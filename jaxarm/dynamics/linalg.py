@@ -103,6 +103,32 @@ def cholesky_factor_columns(M):
     return jax.lax.fori_loop(0, m, column, jnp.zeros_like(M))
 
 
+def cholesky_solve_columns(L, B):
+    """Solve L L^T X = B for X, B (m,) or (m, k), L lower triangular (m, m): the two triangular
+    substitutions one row per trip of a loop (the companion of :func:`cholesky_factor_columns`;
+    :func:`cholesky_solve_factored` is the same unrolled, O(m^2) operations in the program)."""
+    m = L.shape[-1]
+
+    def forward(i, y):  # L y = B, the rows of y from i on still zero
+        return y.at[i].set((B[i] - L[i] @ y) / L[i, i])
+
+    y = jax.lax.fori_loop(0, m, forward, jnp.zeros_like(B))
+
+    def backward(j, x):  # L^T x = y, from the last row up
+        i = m - 1 - j
+        return x.at[i].set((y[i] - L[:, i] @ x) / L[i, i])
+
+    return jax.lax.fori_loop(0, m, backward, jnp.zeros_like(B))
+
+
+def spd_solve(S, B):
+    """Solve S X = B for a symmetric positive definite S (m, m) (its lower triangle read) and B
+    (m,) or (m, k), by :func:`cholesky_factor_columns` and :func:`cholesky_solve_columns`: for
+    solves inside a loop (a filter's steps), where a library call would keep XLA:CPU from compiling
+    the loop as one kernel; NaN where S is not positive definite."""
+    return cholesky_solve_columns(cholesky_factor_columns(S), B)
+
+
 # jaxlib's LAPACK kernels split a batch of matrices over XLA:CPU's thread pool when the batch's
 # work is at least this many floating-point operations (its ParallelBatchMap), and wait for the
 # parts on a thread of that same pool
