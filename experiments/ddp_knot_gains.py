@@ -9,7 +9,8 @@ most knots, where no bound is active); a batch (``jax.vmap``) solves them after 
 it evaluates both branches of the QP's conditional for every problem
 (``jaxarm.control.trajopt.solvers.ddp._knot_qp``). This compares the two forms in one process on
 the same problems: "joint" is the solver as it is, "after" the solver with the batch's form for one
-problem as well (the form both used before). Both are compiled first, checked to take the same
+problem as well (the form both used before). Both are compiled first (as :func:`jaxarm.jit` compiles:
+its options and its loop kernels; before 2026-12-07 without the loop kernels), checked to take the same
 iterations to the same cost, then timed in alternation (``--rounds`` calls of each), so that a busy
 machine slows both alike. One JSON line per arm and batch (0: one problem, not in a ``vmap``).
 
@@ -38,6 +39,7 @@ import numpy as np  # noqa: E402
 import jaxarm  # noqa: E402
 from jaxarm import trajopt  # noqa: E402
 from jaxarm.control.trajopt.solvers import ddp as ddp_module  # noqa: E402
+from jaxarm.core.xla import loop_kernels  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trajopt_crocoddyl  # noqa: E402  the reach of the Crocoddyl comparison, on a bundled arm here
@@ -61,7 +63,8 @@ def compiled(problem, arg, batch, form):
         f = lambda g: trajopt.ddp(problem.replace(params={"goal": g}))  # noqa: E731
         f = jax.vmap(f) if batch else f
         t0 = time.perf_counter()
-        c = jax.jit(f).lower(arg).compile(dict(jaxarm.compiler_options()))
+        with loop_kernels():  # as jaxarm.jit compiles
+            c = jax.jit(f).lower(arg).compile(dict(jaxarm.compiler_options()))
         return c, time.perf_counter() - t0
     finally:
         ddp_module._knot_qp = original
