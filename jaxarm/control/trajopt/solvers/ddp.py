@@ -242,10 +242,11 @@ def _knot_qp(H, g, lo, hi, R):
     """A knot's box QP and feedback gains (:func:`_box_qp`). One problem: the gains solved with the
     unconstrained minimizer (a substitution fewer, and fewer small kernels: the Panda's backward
     pass over 100 knots 1.0-1.25 against 1.2-1.5 ms, its reach 8-9 % shorter at the median,
-    ``experiments/ddp_knot_gains.py``, compiled without loop kernels; with them, as :func:`jaxarm.jit`
-    compiles, and the column-loop factorization the two forms are within 3 %). A batch (``jax.vmap``) evaluates both branches of the
-    conditional for every problem, so there the gains are solved once, after it (in the joint
-    form a batch of 8 UR5 reaches took 9-12 % longer)."""
+    ``experiments/ddp_knot_gains.py``, compiled without loop kernels; compiled as :func:`jaxarm.jit`
+    compiles, with the column-loop factorization, the two forms are within 3 %). A batch
+    (``jax.vmap``) evaluates both branches of the conditional for every problem, so there the
+    gains are solved once, after it (in the joint form a batch of 8 UR5 reaches took 9-12 %
+    longer)."""
     return _box_qp(H, g, lo, hi, R, joint=True)
 
 
