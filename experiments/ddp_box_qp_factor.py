@@ -28,10 +28,8 @@ the box) on a bundled arm; a batch reaches goals scattered around it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -40,10 +38,6 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
-import jaxarm  # noqa: E402
-from jaxarm import trajopt  # noqa: E402
-from jaxarm.control.trajopt.solvers import ddp as ddp_module  # noqa: E402
-from jaxarm.core import xla  # noqa: E402
 from jaxarm.dynamics import linalg  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,20 +48,10 @@ FORMS = {"columns": linalg.cholesky_factor_columns, "lapack": linalg.cholesky_fa
 
 
 def compiled(problem, arg, batch, form, how):
-    """The solve compiled with the backward pass's factorization ``form``, as ``how`` compiles."""
-    original = ddp_module._factor
-    ddp_module._factor = FORMS[form]
-    try:
-        f = lambda g: trajopt.ddp(problem.replace(params={"goal": g}))  # noqa: E731  (a new function: traced anew)
-        f = jax.vmap(f) if batch else f
-        context = xla.loop_kernels() if how == "jaxarm" else contextlib.nullcontext()
-        options = dict(jaxarm.compiler_options()) if how == "jaxarm" else None
-        t0 = time.perf_counter()
-        with context:
-            c = jax.jit(f).lower(arg).compile(options)
-        return c, time.perf_counter() - t0, len(c.as_text().splitlines())
-    finally:
-        ddp_module._factor = original
+    """The solve compiled with the backward pass's factorization ``form``, as ``how`` compiles, and
+    its compile seconds and lines of optimized HLO."""
+    c, seconds = ddp_knot_gains.compiled_with(problem, arg, batch, "_factor", FORMS[form], plain=how == "plain")
+    return c, seconds, len(c.as_text().splitlines())
 
 
 def main(argv=None):
@@ -86,12 +70,8 @@ def main(argv=None):
                 for form in args.forms:
                     programs[form], compile_s[form], lines[form] = compiled(problem, arg, batch, form, how)
                     results[form] = jax.block_until_ready(programs[form](arg))
+                ddp_knot_gains.check_same(f"{name} batch {batch}", results)
                 first = results[args.forms[0]]
-                for form, r in results.items():
-                    if not (np.array_equal(np.asarray(first.iterations), np.asarray(r.iterations))
-                            and np.allclose(np.asarray(first.cost), np.asarray(r.cost), rtol=1e-9, atol=0.0)):
-                        raise AssertionError(f"{name} batch {batch}: {form} differs from {args.forms[0]}: iterations "
-                                             f"{r.iterations} / {first.iterations}, cost {r.cost} / {first.cost}")
                 times = ddp_knot_gains.in_alternation(programs, arg, args.rounds)
                 row = dict(case="ddp_box_qp_factor", arm=name, batch=batch, jit=how,
                            iterations=np.asarray(first.iterations).tolist(), rounds=args.rounds, device=str(jax.devices()[0]))

@@ -23,6 +23,7 @@ around it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import sys
@@ -54,20 +55,39 @@ def reach(name, batch):
     return problem, jnp.asarray(goals if batch else goals[0])
 
 
-def compiled(problem, arg, batch, form):
-    """The solve compiled with the knot QP's gains in ``form`` ("joint": as it is; "after": the batch's form)."""
-    original = ddp_module._knot_qp
-    if form == "after":
-        ddp_module._knot_qp = functools.partial(ddp_module._box_qp, joint=False)
+def compiled_with(problem, arg, batch, name, value=None, plain=False):
+    """The solve of ``problem`` for the goal(s) ``arg`` (a ``jax.vmap`` over goals if ``batch``)
+    compiled with the solver module's ``name`` replaced by ``value`` (None: as it is), as
+    :func:`jaxarm.jit` compiles (its options and loop kernels), or as a plain ``jax.jit`` does
+    (``plain``). Returns the compiled program and the seconds its trace, lowering and compile took."""
+    original = getattr(ddp_module, name)
+    if value is not None:
+        setattr(ddp_module, name, value)
     try:
-        f = lambda g: trajopt.ddp(problem.replace(params={"goal": g}))  # noqa: E731
+        f = lambda g: trajopt.ddp(problem.replace(params={"goal": g}))  # noqa: E731  (a new function: traced anew)
         f = jax.vmap(f) if batch else f
         t0 = time.perf_counter()
-        with loop_kernels():  # as jaxarm.jit compiles
-            c = jax.jit(f).lower(arg).compile(dict(jaxarm.compiler_options()))
+        with contextlib.nullcontext() if plain else loop_kernels():
+            c = jax.jit(f).lower(arg).compile(None if plain else dict(jaxarm.compiler_options()))
         return c, time.perf_counter() - t0
     finally:
-        ddp_module._knot_qp = original
+        setattr(ddp_module, name, original)
+
+
+def compiled(problem, arg, batch, form):
+    """The solve compiled with the knot QP's gains in ``form`` ("joint": as it is; "after": the batch's form)."""
+    after = functools.partial(ddp_module._box_qp, joint=False) if form == "after" else None
+    return compiled_with(problem, arg, batch, "_knot_qp", after)
+
+
+def check_same(label, results):
+    """Raise unless every solve in ``results`` ({form: result}) took the first's iterations to its cost."""
+    (first_form, first), *others = results.items()
+    for form, r in others:
+        if not (np.array_equal(np.asarray(first.iterations), np.asarray(r.iterations))
+                and np.allclose(np.asarray(first.cost), np.asarray(r.cost), rtol=1e-9, atol=0.0)):
+            raise AssertionError(f"{label}: {form} differs from {first_form}: iterations {r.iterations} / {first.iterations}, "
+                                 f"cost {r.cost} / {first.cost}")
 
 
 def in_alternation(programs, arg, rounds):
@@ -95,11 +115,8 @@ def main(argv=None):
             for form in ("joint", "after"):
                 programs[form], compile_s[form] = compiled(problem, arg, batch, form)
                 results[form] = jax.block_until_ready(programs[form](arg))
-            a, b = results["joint"], results["after"]
-            if not (np.array_equal(np.asarray(a.iterations), np.asarray(b.iterations))
-                    and np.allclose(np.asarray(a.cost), np.asarray(b.cost), rtol=1e-9, atol=0.0)):
-                raise AssertionError(f"{name} batch {batch}: the two forms differ: iterations {a.iterations} / {b.iterations}, "
-                                     f"cost {a.cost} / {b.cost}")
+            check_same(f"{name} batch {batch}", results)
+            a = results["joint"]
             times = in_alternation(programs, arg, args.rounds)
             row = dict(case="ddp_knot_gains", arm=name, batch=batch, iterations=np.asarray(a.iterations).tolist(),
                        rounds=args.rounds, device=str(jax.devices()[0]))
