@@ -107,6 +107,12 @@ def _check_exact(arm, seed):
     assert_close(jnp.einsum("knp,p->kn", Y_links, pi[: 10 * n]) + known_links, tau_links, 1e-10, "links only, drives known")
     assert_close(J, Y, 1e-10, "Y vs d tau / d pi at another point")
     assert_close(Y[..., : 10 * n], Y_links, 1e-14, "link columns with and without drives")
+    # known samples of a known arm: the same functions evaluated by NumPy, not traced
+    for drives, (Y_traced, known_traced) in ((True, (Y, known)), (False, (Y_links, known_links))):
+        assert_close(ident.regressor(arm, q, qd, qdd, drives=drives), Y_traced, 1e-13, f"NumPy regressor, drives={drives}")
+        assert_close(ident.known_torques(arm, q, qd, qdd, drives=drives), known_traced, 1e-13, f"NumPy known torques, drives={drives}")
+    assert_close(ident.predict_torques(arm, q, qd, qdd), tau_own, 1e-13, "NumPy inverse dynamics")
+    assert_close(ident.regressor(arm, q[0], qd[0], qdd[0]), Y[0], 1e-13, "NumPy regressor of one state")
     return q, qd, qdd, tau_own
 
 

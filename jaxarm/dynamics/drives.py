@@ -55,7 +55,9 @@ def friction_torques(arm: Arm, qd):
     return _friction_torques(arm, qd)
 
 
-def _friction_torques(arm: Arm, qd):
+def _friction_torques(arm: Arm, qd, xp=jnp):
+    """Joint friction torques at velocities qd (n,) or (N, n). ``xp=np``: computed by NumPy (a concrete
+    arm and known samples on the host, as the identification's fits have)."""
     dr = arm.drives
     # Friction models that are off (parameters known, all zero) are left out of the program: the
     # exponentials and tanh of the Coulomb, Stribeck and sigmoid models are the dearest operations
@@ -70,28 +72,28 @@ def _friction_torques(arm: Arm, qd):
             return True
         return not checks.concrete(field) or bool(np.any(test(np.asarray(field))))
 
-    G = jnp.asarray(dr.gear_ratio)
-    absG = jnp.abs(G)
-    total = jnp.zeros_like(qd)
+    G = xp.asarray(dr.gear_ratio)
+    absG = xp.abs(G)
+    total = xp.zeros_like(qd)
     if on(dr.viscous_friction):
-        total = total + jnp.asarray(dr.viscous_friction) * G * G * qd
-    tc = jnp.asarray(dr.coulomb_friction)
-    Ts = jnp.asarray(dr.static_friction)
+        total = total + xp.asarray(dr.viscous_friction) * G * G * qd
+    tc = xp.asarray(dr.coulomb_friction)
+    Ts = xp.asarray(dr.static_friction)
     coulomb_on, stribeck_on = on(dr.coulomb_friction), on(dr.static_friction, lambda p: p > 0)
     if coulomb_on or stribeck_on:
-        s = _direction(qd, dr.coulomb_velocity_scale)
+        s = _direction(qd, dr.coulomb_velocity_scale, xp=xp)
         forward = qd >= 0  # which Coulomb level applies; s carries the (smoothed) direction
         if coulomb_on:
-            total = total + absG * jnp.where(forward, tc[:, 0], -tc[:, 1]) * s
+            total = total + absG * xp.where(forward, tc[:, 0], -tc[:, 1]) * s
         if stribeck_on:
-            vs = jnp.asarray(dr.stribeck_velocity)
-            vs_safe = jnp.where(vs > 0, vs, 1.0)
-            tc_mag = jnp.where(forward, jnp.abs(tc[:, 0]), jnp.abs(tc[:, 1]))  # |Tc| in the direction of motion
-            total = total + jnp.where(Ts > 0, absG * (Ts - tc_mag) * jnp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
+            vs = xp.asarray(dr.stribeck_velocity)
+            vs_safe = xp.where(vs > 0, vs, 1.0)
+            tc_mag = xp.where(forward, xp.abs(tc[:, 0]), xp.abs(tc[:, 1]))  # |Tc| in the direction of motion
+            total = total + xp.where(Ts > 0, absG * (Ts - tc_mag) * xp.exp(-((qd / vs_safe) ** 2)) * s, 0.0)
     if on(dr.sigmoid_friction, lambda p: p[:, 0] != 0):  # phi1 = 0: no sigmoid friction
-        phi = jnp.asarray(dr.sigmoid_friction)
+        phi = xp.asarray(dr.sigmoid_friction)
         p1, p2, p3 = phi[:, 0], phi[:, 1], phi[:, 2]
-        total = total + p1 * (jnp.reciprocal(1.0 + jnp.exp(-p2 * (qd + p3))) - jnp.reciprocal(1.0 + jnp.exp(-p2 * p3)))
+        total = total + p1 * (xp.reciprocal(1.0 + xp.exp(-p2 * (qd + p3))) - xp.reciprocal(1.0 + xp.exp(-p2 * p3)))
     return total
 
 

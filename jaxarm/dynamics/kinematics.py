@@ -32,12 +32,14 @@ def joint_transform(bodies: Bodies, i: int, revolute: bool, qi):
 # Joint transforms
 
 
-def joint_frames(bodies, is_revolute, q):
+def joint_frames(bodies, is_revolute, q, sincos=algebra.sincos):
     """Pose (R, p) of every body in its parent at joint values q: a list of n pairs, R a
     tuple of rows, p a 3-tuple (see :func:`joint_transform`).
 
     Revolute: R = R0 Rz(q) (Craig 2.74), so R's first two columns mix R0's by cos q and sin q
-    and its third is R0's; prismatic: R = R0, p = p0 + q R0 z.
+    and its third is R0's; prismatic: R = R0, p = p0 + q R0 z. ``sincos``: how the joint angles'
+    sines and cosines are evaluated (NumPy's, where q is a list of NumPy columns evaluated on
+    the host: :mod:`jaxarm.identify.linear_model`).
     """
     frames = []
     q = algebra.entries(q, whole=True)  # read whole on a CPU: the batched loop stays vectorized (entries)
@@ -46,7 +48,7 @@ def joint_frames(bodies, is_revolute, q):
         rows = algebra._mat(R0)
         p = algebra._vec(p0)
         if rev:
-            s, c = algebra.sincos(q[i])
+            s, c = sincos(q[i])
             R = tuple((algebra.plus(algebra.mul(r[0], c), algebra.mul(r[1], s)), algebra.minus(algebra.mul(r[1], c), algebra.mul(r[0], s)), r[2]) for r in rows)
         else:
             R = rows

@@ -52,18 +52,18 @@ def _tip_wrench(bodies: Bodies, f_ext):
     return F, N
 
 
-def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
-    """Recursive Newton-Euler in components (Craig 6.45-6.53, Swartz eqs 1-10).
-
-    qdd may be None (acceleration zero: the bias forces). a0: base acceleration (3-tuple).
-    f_tip: (F, N), the wrench the tool applies to the environment on the last body, about its
-    origin, or None. Returns (taus, forces, moments): lists of n scalars / 3-tuples.
-    """
-    n = len(is_revolute)
+def outward_sweep(is_revolute, frames, qd, qdd, a0):
+    """The outward recursion of Newton-Euler (Craig 6.45-6.47; prismatic joints 6.33-6.35): the
+    angular velocity w, angular acceleration wd and origin acceleration a of every body, in the
+    body's own frame, gravity included as the base acceleration a0 (3-tuple); qdd may be None
+    (acceleration zero). Yields the n (w, wd, a) triples of 3-tuples body by body (so that
+    :func:`rnea` traces each body's wrench right after its motion, as one recursion); w and wd
+    are None on bodies that no revolute joint precedes (they translate only). The motion does not
+    depend on the inertial parameters: :func:`rnea` forms the bodies' wrenches from it, and the
+    identification regressor (:mod:`jaxarm.identify.linear_model`) the wrenches' linear maps."""
     qd, qdd = algebra.entries(qd), algebra.entries(qdd)
     w = wd = None  # the base does not rotate
     a = a0
-    body_f, body_n = [], []
     for i, rev in enumerate(is_revolute):
         R, p = frames[i]
         # Origin acceleration of body i in body i-1, rotated into body i (Craig 6.47).
@@ -87,6 +87,19 @@ def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
                 a = (a[0] + 2.0 * w[1] * qd[i], a[1] - 2.0 * w[0] * qd[i], a[2])
             if qdd is not None:
                 a = (a[0], a[1], a[2] + qdd[i])
+        yield w, wd, a
+
+
+def rnea(bodies, is_revolute, frames, qd, qdd, a0, f_tip=None):
+    """Recursive Newton-Euler in components (Craig 6.45-6.53, Swartz eqs 1-10).
+
+    qdd may be None (acceleration zero: the bias forces). a0: base acceleration (3-tuple).
+    f_tip: (F, N), the wrench the tool applies to the environment on the last body, about its
+    origin, or None. Returns (taus, forces, moments): lists of n scalars / 3-tuples.
+    """
+    n = len(is_revolute)
+    body_f, body_n = [], []
+    for i, (w, wd, a) in enumerate(outward_sweep(is_revolute, frames, qd, qdd, a0)):
         m, h, I = scalar(bodies.mass[i]), _vec(bodies.first_moment[i]), _sym(bodies.inertia_origin[i])
         if w is None:  # a prismatic first joint: the body translates only
             f = scale(m, a)

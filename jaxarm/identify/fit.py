@@ -14,10 +14,8 @@ from ..model import checks
 from ..model.arm import Arm
 from .base_params import BaseParameters, base_parameters, grouping_order
 from .linear_model import (
-    _CHUNK,
-    _SMALL,
     IdentificationError,
-    _chunked,
+    _inverse_dynamics_numpy,
     _linear_model,
     _states,
     arm_with_parameters,
@@ -226,7 +224,7 @@ def random_states(arm: Arm, count: int, seed: int = 0):
     return q, qd, qdd
 
 
-def structural_base_parameters(arm: Arm, drives: bool = True, *, rtol: float = 1e-8, samples: int = _CHUNK, seed: int = 0) -> BaseParameters:
+def structural_base_parameters(arm: Arm, drives: bool = True, *, rtol: float = 1e-8, samples: int = 2048, seed: int = 0) -> BaseParameters:
     """The arm's base parameters from its regressor on ``samples`` random states
     (:func:`random_states`), selected in :func:`grouping_order`: what any sufficiently
     exciting log can identify."""
@@ -388,8 +386,7 @@ def identify_linear(
     names = parameter_names(arm, drives)
     p = len(names)
     N, n = len(log), arm.n
-    # Random states in the same padded batch shape as the log's chunks: one compilation for both.
-    count = _SMALL if N <= _SMALL else _CHUNK
+    count = 256 if N <= 256 else 2048  # random states for the structural rank (as many as before)
     structure = structural_base_parameters(arm, drives, rtol=rtol, samples=count)
     r = structure.rank
     where = log.source or "log"
@@ -446,23 +443,22 @@ def identify_linear(
     )
 
 
-@jax.jit
-def _inverse_dynamics_kernel(arm, q, qd, qdd):
-    return jax.vmap(lambda a, b, c: _inverse_dynamics(arm, a, b, c))(q, qd, qdd)
-
-
 def predict_torques(arm: Arm, q, qd=None, qdd=None) -> np.ndarray:
     """Inverse-dynamics torques (N, n) over a batch of states, or over a log
-    (``predict_torques(arm, log)`` uses its q, dq, ddq); compiled and chunked like the regressor."""
+    (``predict_torques(arm, log)`` uses its q, dq, ddq), as NumPy arrays: evaluated by NumPy like
+    the regressor of known samples (nothing to compile), or traced inside ``jit``."""
     from .logs import Log
 
     if isinstance(q, Log):
         _check_log(arm, q, "predict_torques", ("dq", "ddq"))
         q, qd, qdd = q.q, q.dq, q.ddq
     (q, qd, qdd), batched = _states(arm, q, qd, qdd, "predict_torques")
-    if not batched:
-        return np.asarray(_chunked(_inverse_dynamics_kernel, arm, q[None], qd[None], qdd[None])[0])
-    return np.asarray(_chunked(_inverse_dynamics_kernel, arm, q, qd, qdd))
+    one = (lambda x: x) if batched else (lambda x: x[None])  # noqa: E731
+    if not checks.concrete((arm, q, qd, qdd)):
+        tau = jax.vmap(lambda a, b, c: _inverse_dynamics(arm, a, b, c))(one(q), one(qd), one(qdd))
+    else:
+        tau = _inverse_dynamics_numpy(arm, *(np.asarray(one(x)) for x in (q, qd, qdd)))
+    return tau if batched else tau[0]
 
 
 def torque_rmse(tau, tau_predicted) -> np.ndarray:

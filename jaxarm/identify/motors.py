@@ -374,8 +374,7 @@ def identify_motors(
     elec = identify_electrical(log, arm)
     kt = elec.torque_constant
 
-    Y = np.asarray(linear_model.regressor(arm, q, dq, ddq, drives=True))  # (N, n, 14 n)
-    known = np.asarray(linear_model.known_torques(arm, q, dq, ddq, drives=True))  # (N, n)
+    Y, known = linear_model.linear_model_numpy(arm, q, dq, ddq, drives=True)  # (N, n, 14 n), (N, n)
     prior = np.asarray(linear_model.standard_parameters(arm, drives=True), float)
     free = np.arange(10 * n, 14 * n) if mode == "alone" else np.arange(14 * n)
 

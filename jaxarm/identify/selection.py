@@ -50,7 +50,7 @@ import numpy as np
 
 from ..model.arm import Arm
 from ..dynamics.drives import _direction
-from .linear_model import IdentificationError, known_torques, regressor
+from .linear_model import IdentificationError, linear_model_numpy
 from .logs import Log, LogError, preprocess_log
 
 CUTOFFS = (2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0)  # Hz, candidates below the Nyquist rate / 4
@@ -227,7 +227,10 @@ class _CrossValidation:
 
         G, g = assemble(0)
         norm = np.sqrt(np.diag(G))
-        norm = np.where(norm > 0, norm, 1.0)
+        # a column at the level of round-off (a parameter the torques do not see, computed as
+        # 1e-14 rather than 0) is zero, as in base_parameters: scaled to unit norm it would be a
+        # column of noise in every fit (an infinite scale drops it: its eigenvalue is then 0)
+        norm = np.where(norm > 1e-8 * norm.max(), norm, np.inf)
         sq = np.zeros(self.n)
         for i, b in enumerate(self.blocks, start=1):
             Go, go = assemble(i)
@@ -329,8 +332,8 @@ def select_preprocessing(
             continue
         q, dq, ddq, tau_f = (x[keep] for x in (filtered.q, filtered.dq, filtered.ddq, filtered.tau))
         # One regressor per cutoff: the friction models differ only in each joint's Coulomb columns.
-        Y0 = np.asarray(regressor(arm_sign, q, dq, ddq)) / scale_tau[None, :, None]
-        known = np.asarray(known_torques(arm_sign, q, dq, ddq))
+        Y0, known = linear_model_numpy(arm_sign, q, dq, ddq)
+        Y0 /= scale_tau[None, :, None]
         problem = _CrossValidation(Y0, dq, (tau_f - known) / scale_tau, measured.tau[keep], known, scale_tau, keep, folds,
                                    memory * rate,  # samples of filter memory on either side of a validation block
                                    [(c, v) for v in stribeck_velocities for c in coulomb_scales])
