@@ -498,10 +498,6 @@ def _unflatten(v, n):
             "sigmoid": v[14 * n : 17 * n].reshape(n, 3), "stribeck": v[17 * n :]}
 
 
-def _flatten(x):
-    return jnp.concatenate([x["links"].reshape(-1), x["drives"].reshape(-1), x["sigmoid"].reshape(-1), x["stribeck"]])
-
-
 def _objective_flat(v, c, cfg: _Config):
     data, reg = _parts(_unflatten(v, c["scales"].shape[0]), c, cfg)
     return data + reg
@@ -757,18 +753,14 @@ def _fit_consistent_weights(arm, q, qd, qdd, tau, regularizations, *, prior, fri
         "stribeck_prior_raw": _softplus_inverse(S_prior / s_tau),
         "bounds": _bound_arrays(bounds)[1],
     }
-    shared = jax.tree_util.tree_map(jnp.asarray, consts)
+    # put on the device as they are (jnp.asarray of a host array compiles a small program per shape)
+    shared = jax.device_put(consts)
     fits = []
     for regularization in regularizations:  # each weight from the same start, on the same reduced data
-        consts = {**shared, "lam": jnp.asarray(np.float64(regularization))}
-        x = {
-            "links": jnp.asarray(np.concatenate([theta0[:, :7], com_free], axis=1)),
-            "drives": jnp.asarray(drive_raw(drives0)),
-            "sigmoid": jnp.asarray(sigmoid_raw(phi_arm)),
-            "stribeck": jnp.asarray(_softplus_inverse(S_start / s_tau)),
-        }
-
-        v = _flatten(x)
+        consts = {**shared, "lam": jax.device_put(np.float64(regularization))}
+        start = [np.concatenate([theta0[:, :7], com_free], axis=1), drive_raw(drives0), sigmoid_raw(phi_arm),
+                 _softplus_inverse(S_start / s_tau)]  # the order _unflatten reads
+        v = jax.device_put(np.concatenate([np.ravel(np.asarray(a, np.float64)) for a in start]))
         history, converged, gnorm = [], False, float("nan")
         message = f"stopped after max_steps = {max_steps} iterations"
         k = 0
@@ -776,7 +768,7 @@ def _fit_consistent_weights(arm, q, qd, qdd, tau, regularizations, *, prior, fri
             # A segment: precondition with the Hessian at v, then L-BFGS from y = 0 (restarted every
             # restart_every iterations, so the scaling follows the nonlinear map).
             T = _preconditioner(v, consts, cfg)
-            y = jnp.zeros_like(v)
+            y = jax.device_put(np.zeros(v.shape, v.dtype))
             # optax's fresh state has weakly typed scalars, its updated state strong ones: made
             # strong here, every segment reuses the one compiled step
             state = jax.tree_util.tree_map(strong, _solver(cfg.memory_size).init(y))

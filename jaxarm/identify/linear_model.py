@@ -71,10 +71,16 @@ def num_parameters(arm: Arm, drives: bool = True) -> int:
     return arm.n * (14 if drives else 10)
 
 
-def _link_block(mass, first_moment, inertia_origin):
+def _link_block(mass, first_moment, inertia_origin, xp=jnp):
     """(n, 10) link parameters from m (n,), h (n, 3), I_o (n, 3, 3)."""
-    I = jnp.stack([inertia_origin[:, r, c] for r, c in _INERTIA_INDEX], axis=1)
-    return jnp.concatenate([mass[:, None], first_moment, I], axis=1)
+    I = xp.stack([inertia_origin[:, r, c] for r, c in _INERTIA_INDEX], axis=1)
+    return xp.concatenate([mass[:, None], first_moment, I], axis=1)
+
+
+def _host(*trees) -> bool:
+    """Whether everything in ``trees`` is known: then NumPy computes (eagerly, jnp would dispatch
+    and compile a small program per operation and shape), and the result is put on the device."""
+    return checks.concrete(trees)
 
 
 def _inertia_from_block(I6, xp=jnp):
@@ -92,14 +98,15 @@ def standard_parameters(arm: Arm, drives: bool = True) -> jnp.ndarray:
     |G| (Tc+ - Tc-) / 2, |G| (Tc+ + Tc-) / 2.
     """
     checks.check_arm(arm, "standard_parameters")
+    xp = np if _host(arm) else jnp
     links = arm.links
-    m = jnp.asarray(links.mass)
-    com = jnp.asarray(links.com)
-    I_o = _inertia_about_origin(m, com, jnp.asarray(links.inertia))
-    pi = _link_block(m, m[:, None] * com, I_o).reshape(-1)
-    if not drives:
-        return pi
-    return jnp.concatenate([pi, _drive_block(arm.drives).reshape(-1)])
+    m = xp.asarray(links.mass)
+    com = xp.asarray(links.com)
+    I_o = _inertia_about_origin(m, com, xp.asarray(links.inertia), xp=xp)
+    pi = _link_block(m, m[:, None] * com, I_o, xp).reshape(-1)
+    if drives:
+        pi = xp.concatenate([pi, _drive_block(arm.drives, xp).reshape(-1)])
+    return jax.device_put(pi) if xp is np else pi
 
 
 def _drive_block(dr, xp=jnp):
@@ -111,7 +118,7 @@ def _drive_block(dr, xp=jnp):
 
 
 def _check_pi(arm: Arm, pi, drives: bool, func: str):
-    pi = jnp.asarray(pi)
+    pi = pi if isinstance(pi, (jax.Array, jax.core.Tracer)) else np.asarray(pi)  # (jnp.asarray compiles per shape)
     p = num_parameters(arm, drives)
     if pi.shape != (p,):
         what = "10 n + 4 n (drives=True)" if drives else "10 n (drives=False)"
@@ -136,24 +143,28 @@ def arm_with_parameters(arm: Arm, pi, drives: bool = True) -> Arm:
     """
     checks.check_arm(arm, "arm_with_parameters")
     pi = _check_pi(arm, pi, drives, "arm_with_parameters")
+    xp = np if _host(arm, pi) else jnp
+    put = jax.device_put if xp is np else (lambda x: x)  # noqa: E731
+    pi = xp.asarray(pi)
     n = arm.n
     block = pi[: 10 * n].reshape(n, 10)
     m, h = block[:, 0], block[:, 1:4]
-    I_o = _inertia_from_block(block[:, 4:])
+    I_o = _inertia_from_block(block[:, 4:], xp)
     massive = m != 0
-    com = jnp.where(massive[:, None], h / jnp.where(massive, m, 1.0)[:, None], 0.0)
-    I_c = I_o - (_inertia_about_origin(m, com, jnp.zeros_like(I_o)))
-    new = arm.replace(links=Links(mass=m, com=com, inertia=I_c))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        com = xp.where(massive[:, None], h / xp.where(massive, m, 1.0)[:, None], 0.0)
+    I_c = I_o - (_inertia_about_origin(m, com, xp.zeros_like(I_o), xp=xp))
+    new = arm.replace(links=Links(mass=put(m), com=put(com), inertia=put(I_c)))
     if not drives:
         return new
     d = pi[10 * n :].reshape(n, 4)
-    G = jnp.asarray(arm.drives.gear_ratio, dtype=pi.dtype)
-    G2, absG = G * G, jnp.abs(G)
+    G = xp.asarray(arm.drives.gear_ratio, dtype=pi.dtype)
+    G2, absG = G * G, xp.abs(G)
     fields = dict(vars(arm.drives))
     fields.update(
-        rotor_inertia=d[:, 0] / G2,
-        viscous_friction=d[:, 1] / G2,
-        coulomb_friction=jnp.stack([(d[:, 2] + d[:, 3]) / absG, (-d[:, 2] + d[:, 3]) / absG], axis=1),
+        rotor_inertia=put(d[:, 0] / G2),
+        viscous_friction=put(d[:, 1] / G2),
+        coulomb_friction=put(xp.stack([(d[:, 2] + d[:, 3]) / absG, (-d[:, 2] + d[:, 3]) / absG], axis=1)),
     )
     return new.replace(drives=Drives(**fields))
 
