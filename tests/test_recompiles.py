@@ -284,7 +284,9 @@ def test_the_regressor_and_torques_of_known_samples_compile_nothing():
         Y = regressor(arm, q, qd, qdd)
         known = known_torques(arm, q, qd, qdd)
         tau = predict_torques(arm, q, qd, qdd)
+        Y0 = regressor(arm, q[0], qd[0], qdd[0])  # one state
     assert len(events) == 0, f"{len(events)} compiles"
+    np.testing.assert_array_equal(np.asarray(Y0), np.asarray(Y)[0])
     pi = np.asarray(jaxarm.identification.standard_parameters(arm))
     np.testing.assert_allclose(np.einsum("knp,p->kn", Y, pi) + known, tau, rtol=1e-10, atol=1e-10)
 

@@ -438,9 +438,9 @@ def _linear_model(arm, q, qd, qdd, drives: bool, func: str, *, numpy=False, with
     (q, qd, qdd), batched = _states(arm, q, qd, qdd, func)
     one = (lambda x: x[None]) if not batched else (lambda x: x)  # noqa: E731
     if _is_traced(arm, q, qd, qdd):
-        Y, known = _linear_model_batch(arm, one(q), one(qd), one(qdd), drives, jnp, with_regressor=with_regressor)
         if numpy:
             raise ValueError(f"{func}: expected known samples and a known arm, not traced ones")
+        Y, known = _linear_model_batch(arm, one(q), one(qd), one(qdd), drives, jnp, with_regressor=with_regressor)
     else:
         q, qd, qdd = (np.asarray(one(x)) for x in (q, qd, qdd))
         N, n = q.shape
@@ -451,8 +451,11 @@ def _linear_model(arm, q, qd, qdd, drives: bool, func: str, *, numpy=False, with
             part = slice(s, s + _HOST_CHUNK)
             known[part] = _linear_model_batch(arm, q[part], qd[part], qdd[part], drives, np,
                                               None if Y is None else Y[part], with_regressor)[1]
+        if not batched:  # cut on the host (indexing a device array compiles a program per shape)
+            Y, known = (None if Y is None else Y[0]), known[0]
         if not numpy:  # device_put: jnp.asarray would compile a small program for every new shape
             Y, known = (None if Y is None else jax.device_put(Y)), jax.device_put(known)
+        return Y, known
     return (Y, known) if batched else (None if Y is None else Y[0], known[0])
 
 
