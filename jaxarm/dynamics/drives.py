@@ -16,9 +16,9 @@ def reflected_inertia(arm: Arm):
     return _reflected_inertia(arm)
 
 
-def _reflected_inertia(arm: Arm):
-    G = jnp.asarray(arm.drives.gear_ratio)
-    return G * G * jnp.asarray(arm.drives.rotor_inertia)
+def _reflected_inertia(arm: Arm, xp=jnp):
+    G = xp.asarray(arm.drives.gear_ratio)
+    return G * G * xp.asarray(arm.drives.rotor_inertia)
 
 
 def _direction(qd, scale, xp=jnp):

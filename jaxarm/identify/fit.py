@@ -16,6 +16,7 @@ from .base_params import BaseParameters, base_parameters, grouping_order
 from .linear_model import (
     IdentificationError,
     _inverse_dynamics_numpy,
+    _is_traced,
     _linear_model,
     _states,
     arm_with_parameters,
@@ -454,7 +455,7 @@ def predict_torques(arm: Arm, q, qd=None, qdd=None) -> np.ndarray:
         q, qd, qdd = q.q, q.dq, q.ddq
     (q, qd, qdd), batched = _states(arm, q, qd, qdd, "predict_torques")
     one = (lambda x: x) if batched else (lambda x: x[None])  # noqa: E731
-    if not checks.concrete((arm, q, qd, qdd)):
+    if _is_traced(arm, q, qd, qdd):
         tau = jax.vmap(lambda a, b, c: _inverse_dynamics(arm, a, b, c))(one(q), one(qd), one(qdd))
     else:
         tau = _inverse_dynamics_numpy(arm, *(np.asarray(one(x)) for x in (q, qd, qdd)))

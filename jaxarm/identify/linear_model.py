@@ -28,7 +28,6 @@ depends on the arm's own Coulomb levels, so with Stribeck friction set this iden
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,12 +76,6 @@ def _link_block(mass, first_moment, inertia_origin, xp=jnp):
     return xp.concatenate([mass[:, None], first_moment, I], axis=1)
 
 
-def _host(*trees) -> bool:
-    """Whether everything in ``trees`` is known: then NumPy computes (eagerly, jnp would dispatch
-    and compile a small program per operation and shape), and the result is put on the device."""
-    return checks.concrete(trees)
-
-
 def _inertia_from_block(I6, xp=jnp):
     """(n, 3, 3) symmetric inertias from (n, 6) = (xx, xy, xz, yy, yz, zz)."""
     xx, xy, xz, yy, yz, zz = (I6[:, k] for k in range(6))
@@ -98,7 +91,8 @@ def standard_parameters(arm: Arm, drives: bool = True) -> jnp.ndarray:
     |G| (Tc+ - Tc-) / 2, |G| (Tc+ + Tc-) / 2.
     """
     checks.check_arm(arm, "standard_parameters")
-    xp = np if _host(arm) else jnp
+    # a known arm by NumPy (eagerly, jnp would compile a small program per operation and shape)
+    xp = jnp if _is_traced(arm) else np
     links = arm.links
     m = xp.asarray(links.mass)
     com = xp.asarray(links.com)
@@ -143,7 +137,7 @@ def arm_with_parameters(arm: Arm, pi, drives: bool = True) -> Arm:
     """
     checks.check_arm(arm, "arm_with_parameters")
     pi = _check_pi(arm, pi, drives, "arm_with_parameters")
-    xp = np if _host(arm, pi) else jnp
+    xp = jnp if _is_traced(arm, pi) else np  # known: by NumPy, as standard_parameters
     put = jax.device_put if xp is np else (lambda x: x)  # noqa: E731
     pi = xp.asarray(pi)
     n = arm.n
@@ -151,8 +145,7 @@ def arm_with_parameters(arm: Arm, pi, drives: bool = True) -> Arm:
     m, h = block[:, 0], block[:, 1:4]
     I_o = _inertia_from_block(block[:, 4:], xp)
     massive = m != 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        com = xp.where(massive[:, None], h / xp.where(massive, m, 1.0)[:, None], 0.0)
+    com = xp.where(massive[:, None], h / xp.where(massive, m, 1.0)[:, None], 0.0)
     I_c = I_o - (_inertia_about_origin(m, com, xp.zeros_like(I_o), xp=xp))
     new = arm.replace(links=Links(mass=put(m), com=put(com), inertia=put(I_c)))
     if not drives:
@@ -235,8 +228,7 @@ def _inverse_dynamics_numpy(arm: Arm, q, qd, qdd):
     taus, _, _ = rnea(bodies, arm.is_revolute, frames, _columns(qd), _columns(qdd),
                       algebra._vec(_base_acceleration(arm, dtype)))
     tau = np.stack([np.full(len(q), t.value, dtype) if isinstance(t, algebra.Known) else t for t in taus], axis=1)
-    G = arm.drives.gear_ratio
-    return tau + G * G * arm.drives.rotor_inertia * qdd + drives_mod._friction_torques(arm, qd, xp=np)
+    return tau + drives_mod._reflected_inertia(arm, np) * qdd + drives_mod._friction_torques(arm, qd, xp=np)
 
 
 def _bmm(a, b):
@@ -269,7 +261,7 @@ def _motion(arm: Arm, bodies, q, qd, qdd, xp):
     stored once per state (:func:`jaxarm.core.xla.computed_once`): every regressor entry reads
     them, and XLA:CPU would otherwise fuse the sweep into each entry."""
     n = arm.n
-    dtype = xp.result_type(q, qd, qdd, float) if xp is np else jnp.result_type(q, qd, qdd, float)
+    dtype = xp.result_type(q, qd, qdd, float)
     a0 = algebra._vec(_base_acceleration(arm, dtype))
     zero = (algebra.ZERO,) * 3
 
@@ -375,8 +367,7 @@ def _linear_model_batch(arm: Arm, q, qd, qdd, drives: bool, xp=jnp, Y=None, with
         known = known - (std[:, 1] * qd + std[:, 2] * s + std[:, 3] * xp.abs(s))
         features = xp.stack([qdd, qd, s, xp.abs(s)], axis=1).astype(dtype)  # (N, 4, n): the columns of Ia, fv, fc, fo
     else:
-        G = xp.asarray(arm.drives.gear_ratio)
-        known = known + G * G * xp.asarray(arm.drives.rotor_inertia) * qdd
+        known = known + drives_mod._reflected_inertia(arm, xp) * qdd
     if not with_regressor:
         return None, known
     # each body's columns through its own map from the link's parameters; samples last
