@@ -301,6 +301,31 @@ def test_computed_once_gives_fn_and_keeps_it_out_of_its_consumers():
         assert sines(once) == 60 and sines(plain) >= 4 * 60, (sines(once), sines(plain))
 
 
+def test_jacobians_once_equal_jacfwd_and_evaluate_the_primal_once():
+    """jacobians_once: the Jacobians of jax.jacfwd (two arguments, a traced closed-over value,
+    under vmap), with the primal chain and the values its tangents read evaluated once, not fused
+    into every Jacobian entry."""
+    def fn(x, w, c):
+        y = _expensive(x[:3] * c + w[0])
+        return jnp.concatenate([y * x[3:], y[:2] * w[1:]])
+
+    rng = np.random.default_rng(0)
+    x, w = jnp.asarray(rng.normal(size=(20, 6))), jnp.asarray(rng.normal(size=(20, 3)))
+    once = jax.vmap(lambda x, w, c: _xla.jacobians_once(lambda a, b: fn(a, b, c), x, w), in_axes=(0, 0, None))
+    plain = jax.vmap(lambda x, w, c: (fn(x, w, c), jax.jacfwd(fn, argnums=(0, 1))(x, w, c)), in_axes=(0, 0, None))
+    (y1, (F1, G1)), (y2, (F2, G2)) = jax.jit(once)(x, w, 0.7), jax.jit(plain)(x, w, 0.7)
+    assert F1.shape == (20, 5, 6) and G1.shape == (20, 5, 3)
+    for a, b in ((y1, y2), (F1, F2), (G1, G2)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert float(jnp.max(jnp.abs(G1))) > 1e-3
+    if jax.default_backend() == "cpu":
+        # each of the 60 stages: sin(y) and sin(y^2) (the derivative of cos(y^2)), once
+        def sines(f):
+            return jax.jit(f).lower(x, w, 0.7).compile().as_text().count(" sine(")
+
+        assert sines(once) == 120 and sines(plain) >= 4 * 120, (sines(once), sines(plain))
+
+
 def test_runge_kutta_stage_loop_computes_the_dynamics_once_per_stage():
     """The stage loop hands each stage's acceleration to the next iteration through the loop's
     state: put into the stage table where it was computed, it fed one select per stage and

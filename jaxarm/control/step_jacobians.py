@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..core.xla import computed_once
+from ..core.xla import computed_once, linearization
 from ..dynamics import linalg, motors
 from ..dynamics.forward import _forward_dynamics_factored
 from ..dynamics.newton_euler import _inverse_dynamics
@@ -118,21 +118,15 @@ def _accel_jacobians(arm, xs, us, qdd, input, fe=None, saturate=False):
     n = arm.n
     linear = []
 
-    def residuals(x, a, f):  # one point: the linearization's traced constants; its linear map kept aside
-        _, lin = jax.linearize(lambda q, qd, qdd: _inverse_dynamics(arm, q, qd, qdd, f), x[:n], x[n:], a)
-        closed = jax.make_jaxpr(lin)(x[:n], x[n:], a)
-        traced = [i for i, c in enumerate(closed.consts) if isinstance(c, jax.core.Tracer)]
-        linear.append((closed.jaxpr, list(closed.consts), traced))
-        return [closed.consts[i] for i in traced]
+    def residuals(x, a, f):  # one point: the linearization's traced values; its linear map kept aside
+        _, values, apply = linearization(lambda q, qd, qdd: _inverse_dynamics(arm, q, qd, qdd, f), x[:n], x[n:], a)
+        linear.append(apply)
+        return values
 
     res = computed_once(jax.vmap(residuals, in_axes=(0, 0, _rows(fe))), xs, qdd, fe)
-    jaxpr, consts, traced = linear[-1]
 
     def apply(r, t):  # the linear map at one point along one direction t (3n,)
-        full = list(consts)
-        for i, v in zip(traced, r):
-            full[i] = v
-        return jax.core.eval_jaxpr(jaxpr, full, t[:n], t[n: 2 * n], t[2 * n:])[0]
+        return linear[-1](r, t[:n], t[n: 2 * n], t[2 * n:])
 
     eye = jnp.eye(3 * n, dtype=xs.dtype)
     # dID/d(q, qd, qdd) (N, n, 3n), one torque's row per trip of a loop: each trip evaluates the

@@ -350,6 +350,55 @@ def enable_compilation_cache(path=None, *, min_compile_time: float = 0.5):
     return setting
 
 
+def linearization(fn, *args):
+    """``(fn(*args), residuals, apply)``: ``jax.linearize`` of ``fn`` at ``args`` split into the
+    values its linear map reads that were computed from ``args`` (``residuals``, a list of arrays:
+    the sines, rotations, velocities, ... the tangents are linear in) and the map itself,
+    ``apply(residuals, *tangents)``, which closes over nothing traced. The residuals can so be
+    computed where XLA cannot fuse them into each product that reads them
+    (:func:`computed_once`), and ``apply`` vmapped over tangents, over points, or looped over."""
+    y, lin = jax.linearize(fn, *args)
+    closed = jax.make_jaxpr(lin)(*args)
+    consts = list(closed.consts)
+    traced = [i for i, c in enumerate(consts) if isinstance(c, jax.core.Tracer)]
+
+    def apply(residuals, *tangents):
+        full = list(consts)
+        for i, v in zip(traced, residuals):
+            full[i] = v
+        return jax.core.eval_jaxpr(closed.jaxpr, full, *tangents)[0]
+
+    return y, [consts[i] for i in traced], apply
+
+
+def linearized_once(fn, *args):
+    """``(fn(*args), jvp)``: ``jvp(*tangents)`` is the Jacobian-vector product of ``fn`` at ``args``
+    (:func:`linearization`), its residuals and ``fn(*args)`` computed once (:func:`computed_once`)
+    and read by every product. With ``jax.jacfwd`` in one piece XLA:CPU fuses the whole primal
+    computation into the fusion of each Jacobian entry it feeds (see :func:`computed_once`)."""
+    captured = []
+
+    def primal_and_residuals(*xs):
+        y, residuals, apply = linearization(fn, *xs)
+        captured.append(apply)
+        return y, residuals
+
+    y, residuals = computed_once(primal_and_residuals, *args)
+    return y, functools.partial(captured[-1], residuals)
+
+
+def jacobians_once(fn, *args):
+    """``(fn(*args), (d fn / d args[0], ...))`` for ``fn`` of 1-D arrays with a 1-D output: forward mode
+    along every input direction (as ``jax.jacfwd(fn, argnums=range(len(args)))``) with the primal
+    pass computed once (:func:`linearized_once`)."""
+    y, apply = linearized_once(fn, *args)
+    sizes = [int(a.shape[0]) for a in args]
+    cuts = np.cumsum(sizes)[:-1].tolist()
+    eye = jnp.eye(sum(sizes), dtype=y.dtype)
+    J = jax.vmap(lambda t: apply(*(v.astype(a.dtype) for v, a in zip(jnp.split(t, cuts), args))), out_axes=1)(eye)
+    return y, tuple(jnp.split(J, cuts, axis=1))
+
+
 def _jaxpr_function(fn, *args):
     """``fn`` traced once at ``args`` (pytrees) into a jaxpr whose closed-over values are explicit
     operands (all of them: ``jax.closure_convert`` hoists the floating-point ones only, and a

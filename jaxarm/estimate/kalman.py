@@ -28,7 +28,8 @@ One ``lax.scan`` per log; a batch of logs (a leading axis on ``u`` and ``z``) ru
 one ``vmap``-ed call. Offline, the Rauch-Tung-Striebel smoother (Rauch, Tung & Striebel 1965) runs
 a second scan backwards.
 
-Extended filter (``variant="extended"``): Jacobians F, G of the step by forward-mode autodiff,
+Extended filter (``variant="extended"``): Jacobians F, G of the step by forward-mode autodiff (the
+step's primal pass computed once and read by every direction: :func:`jaxarm.core.xla.jacobians_once`),
 
     predict: x- = f(x, u), P- = F P F^T + G W G^T (+ e's random walk)
              (f: the step, then the joints' end stops as in :func:`jaxarm.rollout`; F, G: of the
@@ -61,7 +62,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg  # noqa: F401  (jax.scipy.linalg.block_diag)
 import numpy as np
 
-from ..core.xla import jit
+from ..core.xla import jacobians_once, jit
 from ..dynamics import drives, linalg, motors
 from ..dynamics.forward import _forward_dynamics
 from ..model import checks
@@ -212,8 +213,9 @@ def _filter_body(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
                 H = jnp.concatenate([eye[:n] if name == "q" else eye[n:2 * n] for name in cfg.measure])
                 predicted = H @ x
             else:
-                H = jax.jacfwd(h)(x, uk)
-                predicted = h(x, uk)
+                # (torque sensors: their model's forward dynamics once, as the step's below; the
+                # filter with torque sensors, first calls: 16 logs 43-44 -> 26.5-27.7 s, one 21 -> 10 s)
+                predicted, (H,) = jacobians_once(lambda xx: h(xx, uk), x)
             S = H @ P @ H.T + R
             L = linalg.cholesky_factor_columns(S)
             K = linalg.cholesky_solve_columns(L, H @ P).T  # P H^T S^-1 (S, P symmetric)
@@ -246,8 +248,12 @@ def _filter_body(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
             x_pred, P_pred, F = _unscented_predict(f, x, P, torque_var)
             P_pred = P_pred + Qe
         else:
-            F, G = jax.jacfwd(f, argnums=(0, 1))(x, w0)
-            x_pred = f(x, w0)
+            # forward mode with the step's primal pass and the values its tangents read computed
+            # once (jaxarm.core.xla.jacobians_once): with jax.jacfwd in one piece, XLA:CPU fused
+            # the step's dynamics into each Jacobian entry, worst under vmap (Panda, encoders,
+            # 16 filters x 200 steps, 2-core Intel Xeon: first call 14.6-14.9 -> 6.0-6.1 s,
+            # warm 90 -> 55-59 ms; one filter 3.8-3.9 -> 3.5-3.6 s and 5.4-5.8 -> 4.4 ms)
+            x_pred, (F, G) = jacobians_once(f, x, w0)
             P_pred = F @ P @ F.T + G @ jnp.diag(torque_var) @ G.T + Qe
         # the end stops: the predicted mean is projected onto them (estimate projection: Simon 2010,
         # IET CTA 4(8)), its covariance that of the step without them: differentiated through the
