@@ -8,6 +8,7 @@ push on the tool from 2 to 3 s, and payloads of 1, 2 and 3 kg. Real log: Gaz et 
 identified from it by ``jaxarm identify`` defaults. Prints one JSON line per measurement.
 
     python experiments/estimation_panda.py [--log PATH] [--batch 16] [--only NAME ...]
+        [--torque-sensors] [--variants extended unscented]
 """
 
 from __future__ import annotations
@@ -166,30 +167,36 @@ def real_log(log_path):
          identified_model_torque_rmse=np.round(model_error, 3).tolist())
 
 
-def speed(arm, batch, batch_steps=200):
-    """Time per step of the public filters on the Panda (1 kHz, encoders only): one filter over
-    1000 steps, then ``batch`` filters on different logs (torque noise added per log) over
-    ``batch_steps`` steps in one call; compile times separately."""
+def speed(arm, batch, batch_steps=200, torque_sensors=False, variants=("extended", "unscented")):
+    """Time per step of the public filters on the Panda (1 kHz, encoders only, or with
+    ``torque_sensors`` encoders and the joint torque sensors): one filter over 1000 steps, then
+    ``batch`` filters on different logs (torque noise added per log) over ``batch_steps`` steps in
+    one call; compile times separately."""
     n = arm.n
     t, q, qd, u, q_meas, tau_meas, _, _ = synthetic(arm, 5, push=False)
     options = dict(dt=DT, q0=q_meas[0], torque_std=PROCESS, position_std=1e-5, quantization=ENCODER)
-    for variant in ("extended", "unscented"):
+    sensors = np.concatenate([q_meas, tau_meas], axis=1) if torque_sensors else q_meas
+    if torque_sensors:
+        options.update(measure=("q", "tau"), torque_sensor_std=0.05)
+    for variant in variants:
         steps = 1000
-        uu, zz = tau_meas[:steps], q_meas[:steps + 1]
+        uu, zz = tau_meas[:steps], sensors[:steps + 1]
         start = time.perf_counter()
         jaxarm.kalman_filter(arm, uu, zz, variant=variant, **options)
         first = time.perf_counter() - start
         best = min(_timed(lambda: jaxarm.kalman_filter(arm, uu, zz, variant=variant, **options)) for _ in range(3))
-        emit(measure="filter_speed", arm="panda", variant=variant, device=jax.devices()[0].platform, steps=steps, filters=1,
+        emit(measure="filter_speed", arm="panda", variant=variant, sensors=list(options.get("measure", ("q",))),
+             device=jax.devices()[0].platform, steps=steps, filters=1,
              first_call_seconds=round(first, 1), microseconds_per_step=round(1e6 * best / steps, 1))
         rng = np.random.default_rng(0)
         ub = tau_meas[None, :batch_steps] + 1e-3 * rng.normal(size=(batch, batch_steps, n))
-        zb = np.broadcast_to(q_meas[:batch_steps + 1], (batch, batch_steps + 1, n))
+        zb = np.broadcast_to(sensors[:batch_steps + 1], (batch, batch_steps + 1, sensors.shape[1]))
         start = time.perf_counter()
         jaxarm.kalman_filter(arm, ub, zb, variant=variant, **options)
         first = time.perf_counter() - start
         warm = _timed(lambda: jaxarm.kalman_filter(arm, ub, zb, variant=variant, **options))
-        emit(measure="filter_speed", arm="panda", variant=variant, device=jax.devices()[0].platform, steps=batch_steps,
+        emit(measure="filter_speed", arm="panda", variant=variant, sensors=list(options.get("measure", ("q",))),
+             device=jax.devices()[0].platform, steps=batch_steps,
              filters=batch, first_call_seconds=round(first, 1), seconds=round(warm, 2),
              microseconds_per_step_per_filter=round(1e6 * warm / batch_steps / batch, 2))
 
@@ -205,6 +212,9 @@ def main(argv=None):
     p.add_argument("--log", default=str(DATA))
     p.add_argument("--batch", type=int, default=1000, help="filters on different logs in one batched call for the speed lines (default 1000)")
     p.add_argument("--only", nargs="+", choices=["filter", "payload", "speed", "real"], help="run only these parts")
+    p.add_argument("--torque-sensors", action="store_true", help="speed: the filters read the torque sensors as well as the encoders")
+    p.add_argument("--variants", nargs="+", choices=["extended", "unscented"], default=["extended", "unscented"],
+                   help="speed: the filters timed")
     args = p.parse_args(argv)
     parts = set(args.only or ["filter", "payload", "speed", "real"])
     arm = jaxarm.load_arm("panda")
@@ -213,7 +223,7 @@ def main(argv=None):
     if "payload" in parts:
         payloads(arm)
     if "speed" in parts:
-        speed(arm, args.batch)
+        speed(arm, args.batch, torque_sensors=args.torque_sensors, variants=tuple(args.variants))
     if "real" in parts:
         if Path(args.log).exists():
             real_log(Path(args.log))
