@@ -35,8 +35,9 @@ Then (JSON line per figure): iterations, warm solve time (median of 3), jaxarm's
 the same goals through ``trajopt.solve_many`` (``--pool slots,round_iterations``, default 4,10:
 a pool of 4 slots, finished problems replaced after every 10 iterations; ``--workers 1,default``
 compares one pool with solve_many's default of one pool per core). ``--parts``: where
-jaxarm's first call goes (line ``first_call_parts``: a fresh jit of the same solve traced,
-lowered to StableHLO and compiled by XLA apart, then run; and the lines of its optimized HLO).
+jaxarm's first call goes (lines ``first_call_parts``: a fresh jit of the same solve traced,
+lowered to StableHLO and compiled by XLA apart, then run; and the lines of its optimized HLO;
+under ``jaxarm.jit``'s compiler options and under a plain ``jax.jit``).
 """
 
 from __future__ import annotations
@@ -162,19 +163,20 @@ def run_arm(name, robots, python, batches, repeats, pool=None, parts=False, work
     if parts:  # where the first call goes: a fresh closure of the same solve, traced, lowered and compiled apart
         import time
 
-        fresh = jax.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g})), compiler_options=jaxarm.compiler_options())
-        t0 = time.perf_counter()
-        traced = fresh.trace(jnp.asarray(goal))
-        t1 = time.perf_counter()
-        lowered = traced.lower()
-        t2 = time.perf_counter()
-        compiled = lowered.compile()
-        t3 = time.perf_counter()
-        jax.block_until_ready(compiled(jnp.asarray(goal)))
-        t4 = time.perf_counter()
-        emit(arm=name, quantity="first_call_parts", trace_s=round(t1 - t0, 2), lower_s=round(t2 - t1, 2),
-             compile_s=round(t3 - t2, 2), solve_s=round(t4 - t3, 3), total_s=round(t4 - t0, 2),
-             optimized_hlo_lines=compiled.as_text().count("\n"))
+        for which, options in (("jaxarm.compiler_options()", jaxarm.compiler_options()), ("plain jax.jit", {})):
+            fresh = jax.jit(lambda g: trajopt.ddp(problem.replace(params={"goal": g})), compiler_options=options)
+            t0 = time.perf_counter()
+            traced = fresh.trace(jnp.asarray(goal))
+            t1 = time.perf_counter()
+            lowered = traced.lower()
+            t2 = time.perf_counter()
+            compiled = lowered.compile()
+            t3 = time.perf_counter()
+            jax.block_until_ready(compiled(jnp.asarray(goal)))
+            t4 = time.perf_counter()
+            emit(arm=name, quantity="first_call_parts", jit=which, trace_s=round(t1 - t0, 2), lower_s=round(t2 - t1, 2),
+                 compile_s=round(t3 - t2, 2), solve_s=round(t4 - t3, 3), total_s=round(t4 - t0, 2),
+                 optimized_hlo_lines=compiled.as_text().count("\n"))
 
     croc_seq = [r["solve_s"] for r in croc["solves"]]
     for b in batches:

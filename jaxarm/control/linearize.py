@@ -40,7 +40,7 @@ from ..model.arm import Arm
 from ..simulate import integrators
 from ..simulate.batch import _ConstantArm
 from ..simulate.rollouts import end_stops, rollout
-from .step_jacobians import _EULER, _TABLEAUS, _joint_torque, _step_jacobians
+from .step_jacobians import _EULER, _TABLEAUS, _accel_jacobians, _accel_once, _joint_torque, _step_jacobians
 
 INPUTS = ("torque", "voltage")
 
@@ -192,12 +192,19 @@ def _folded(arm):
 
 @functools.partial(_xla_jit, static_argnames=("input", "saturate", "constant"))
 def _continuous_jacobians(arm, x, u, fe, input, saturate, constant=None):
+    """(A, B) of xdot = (qd, qdd) at every point: the accelerations' Jacobians from inverse dynamics
+    (:func:`jaxarm.control.step_jacobians._accel_jacobians`, Carpentier & Mansard 2018), as the
+    step Jacobians take them. ``jax.jacfwd`` of the forward dynamics vmapped over the points gave
+    the same numbers to round-off (1e-14) from a program XLA:CPU took longer to compile and to run
+    (Panda, 2-core Intel Xeon, ``experiments/linearize_speed.py``: first call 12.5 -> 2.4-2.6 s at
+    100 points, 7.0 -> 1.9-2.0 s at one point; warm 2.2 -> 0.23-0.28 ms at 100 points)."""
     arm = constant.arm if constant is not None else arm
-
-    def one(x, u, fe):
-        return jax.jacfwd(_state_derivative, argnums=(1, 2))(arm, x, u, input, fe, saturate)
-
-    return jax.vmap(one, in_axes=(0, 0, None if fe is None else 0))(x, u, fe)
+    n = arm.n
+    qdd = _accel_once(arm, x, u, input, fe, saturate)
+    J, _ = _accel_jacobians(arm, x, u, qdd, input, fe, saturate)  # d qdd / d(q, qd, u) (N, n, 3n)
+    top = jnp.broadcast_to(jnp.eye(3 * n, dtype=J.dtype)[n: 2 * n], (x.shape[0], n, 3 * n))  # d qd / d(q, qd, u)
+    f = jnp.concatenate([top, J], axis=1)
+    return f[:, :, : 2 * n], f[:, :, 2 * n:]
 
 
 @functools.partial(_xla_jit, static_argnames=("method", "input", "saturate", "constant"))
@@ -232,7 +239,8 @@ def linearize_continuous(arm: Arm, q, qd, u, *, input: str = "torque", f_ext=Non
     """Continuous-time A = df/dx (T, 2n, 2n), B = df/du (T, 2n, n) of xdot = f(x, u) at every
     nominal point (q, qd, u), each (T, n) (or (n,) for one point, giving (2n, 2n), (2n, n)).
 
-    Forward-mode autodiff (``jax.jacfwd``) vmapped over time. With torque input,
+    The accelerations' Jacobians from inverse dynamics (Carpentier & Mansard 2018, Sec. III-B:
+    d qdd = M^-1 (d tau - dID)), at all points at once. With torque input,
     A = [[0, I], [-M^-1 K, -M^-1 C]] and B = [[0], [M^-1]] in the terms of :func:`second_order_form`
     taken at the forward-dynamics acceleration. f_ext: optional tool wrench (6,) or (T, 6).
     """
