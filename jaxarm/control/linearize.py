@@ -313,8 +313,10 @@ def discretize_zoh(A, B, dt) -> LinearModel:
     return LinearModel(Ad[0], Bd[0]) if single else LinearModel(Ad, Bd)
 
 
-@_xla_jit
-def _second_order(arm, q, qd, qdd, fe):
+@functools.partial(_xla_jit, static_argnames=("constant",))
+def _second_order(arm, q, qd, qdd, fe, constant=None):
+    arm = constant.arm if constant is not None else arm
+
     def one(q, qd, qdd, fe):
         f = fe if fe is not None else jnp.zeros(6, q.dtype)
         tau = lambda q, qd, qdd, f: _inverse_dynamics(arm, q, qd, qdd, f)  # noqa: E731
@@ -337,7 +339,8 @@ def second_order_form(arm: Arm, q, qd, qdd, *, f_ext=None) -> SecondOrderForm:
     func = "second_order_form"
     arrays, single = _trajectory(arm, func, q=q, qd=qd, qdd=qdd)
     fe = _f_ext_rows(f_ext, arrays["q"].shape[0], func)
-    out = _second_order(arm, arrays["q"], arrays["qd"], arrays["qdd"], fe)
+    data, constant = _folded(arm)
+    out = _second_order(data, arrays["q"], arrays["qd"], arrays["qdd"], fe, constant=constant)
     return SecondOrderForm(*(x[0] for x in out)) if single else out
 
 
