@@ -420,6 +420,32 @@ def test_an_eager_call_compiles_once_for_new_params_and_equals_the_jitted_solve(
     assert seen == [True, False, False, False]
 
 
+def test_an_eager_gradient_of_a_solve_compiles_once_and_equals_the_jitted_gradient(reach_solutions):
+    """jax.grad (and jax.vmap) of a solve applied outside any jit, with the params the only traced
+    values: the kept solve is transformed, and JAX keeps the transformed program, so a second
+    call with a new goal compiles nothing (run op by op, every call traced and compiled the solver
+    and its adjoint again); the gradient is the jitted one."""
+    from tests.test_recompiles import count_compiles
+
+    arm, problem, goal, *_ = reach_solutions
+    goal2 = goal + jnp.array([-0.05, 0.05, 0.0])
+
+    def cost(g):
+        return trajopt.ddp(problem.replace(params={"goal": g}), max_iterations=40).cost
+
+    first = jax.grad(cost)(goal)
+    jax.vmap(cost)(jnp.stack([goal, goal2]))
+    with count_compiles() as events:
+        second = jax.block_until_ready(jax.grad(cost)(goal2))
+        batched = jax.block_until_ready(jax.vmap(cost)(jnp.stack([goal2, goal])))
+    assert len(events) == 0, f"{len(events)} new compiles"
+    by_hand = jaxarm.jit(jax.grad(cost))
+    assert_close(np.asarray(second), np.asarray(by_hand(goal2)), rtol=1e-10, atol=1e-12)
+    assert_close(np.asarray(first), np.asarray(by_hand(goal)), rtol=1e-10, atol=1e-12)
+    assert_close(np.asarray(batched), np.asarray([cost(goal2), cost(goal)]), rtol=1e-12, atol=0)
+    assert float(jnp.max(jnp.abs(second))) > 1e-3
+
+
 def test_solve_many_solves_each_problem_as_ddp_does_and_lets_finished_ones_leave_the_pool(reach_solutions):
     """trajopt.solve_many (a pool of 2 slots, rounds of 6 iterations) against one ddp solve per goal:
     the same optimum (each problem converged; costs equal to the solver's tolerance, a resumed
