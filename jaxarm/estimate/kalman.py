@@ -236,11 +236,12 @@ def _filter_body(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
         nis = innovation @ linalg.cholesky_solve_columns(L, innovation)
         return x, 0.5 * (P_new + P_new.T), nis
 
-    x, P, nis0 = update(x0, P0, z[0], u_at[0])
-
+    # the first sample's update runs inside the time loop as every other's (its prediction computed
+    # and not used): a nonlinear measurement model (torque sensors, currents) is then compiled once
+    # rather than twice
     def step(carry, inputs):
         x, P = carry
-        uk, zk, uk_next = inputs
+        k, uk, zk, uk_next = inputs
         f = lambda xx, ww: _transition(arm, xx, uk, dt, cfg.method, cfg.external, cfg.parameters,  # noqa: E731
                                        input=cfg.input, actuator=cfg.actuator, w=ww)
         w0 = jnp.zeros(n, x.dtype)
@@ -259,12 +260,14 @@ def _filter_body(arm, u, z, x0, P0, dt, torque_var, walk_var, R, cfg: _Config):
         # IET CTA 4(8)), its covariance that of the step without them: differentiated through the
         # stop, a joint on it would get zero variance and stop reading its measurements
         x_pred = _at_end_stops(arm, x_pred, cfg.stops)
+        first = k == 0  # the first sample: no step before it
+        x_pred, P_pred = jnp.where(first, x, x_pred), jnp.where(first, P, P_pred)
         x, P, nis = update(x_pred, P_pred, zk, uk_next)
         return (x, P), (x, P, nis, x_pred, P_pred, F)
 
-    _, (xs, Ps, nis, x_preds, P_preds, Fs) = jax.lax.scan(step, (x, P), (u, z[1:], u_at[1:]))
-    xs, Ps = jnp.concatenate([x[None], xs]), jnp.concatenate([P[None], Ps])
-    nis = jnp.concatenate([nis0[None], nis])
+    ks = jnp.arange(z.shape[0])
+    _, (xs, Ps, nis, x_preds, P_preds, Fs) = jax.lax.scan(step, (x0, P0), (ks, jnp.concatenate([u[:1], u]), z, u_at))
+    x_preds, P_preds, Fs = x_preds[1:], P_preds[1:], Fs[1:]  # the predictions of samples 1 .. N-1
     if not cfg.smooth:
         return xs, Ps, nis
 
