@@ -137,3 +137,11 @@ def test_an_eager_solve_is_kept_and_equals_the_jitted_solve():
         ref = solve(T, jnp.asarray(q0))
         np.testing.assert_allclose(np.asarray(result.q), np.asarray(ref.q), rtol=0, atol=1e-12)
         assert bool(result.converged) == bool(ref.converged) and int(result.iterations) == int(ref.iterations)
+    # vmapped outside any jit (over targets, then over starts): the kept solve is vmapped, and
+    # JAX keeps that program too: a second call with new values compiles nothing
+    batch = jax.vmap(lambda T, q0: jaxarm.inverse_kinematics(arm, T, q0).q)
+    jax.block_until_ready(batch(jnp.stack(targets[:2]), jnp.asarray(np.stack(starts[:2]))))
+    with count_compiles() as again:
+        qs = jax.block_until_ready(batch(jnp.stack(targets[1:]), jnp.asarray(np.stack(starts[1:]))))
+    assert len(again) == 0
+    np.testing.assert_allclose(np.asarray(qs), np.asarray(jnp.stack([r.q for r in results])), rtol=0, atol=1e-12)

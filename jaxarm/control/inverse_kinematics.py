@@ -131,7 +131,9 @@ def inverse_kinematics(
     for name, value in (("tol", tol), ("rotation_tol", rotation_tol), ("damping", damping), ("max_step", max_step)):
         if checks.concrete(value) and not float(value) > 0:
             raise ValueError(f"{func}: {name}: expected a positive number, got {value!r}")
-    if tracers.eager():  # called in a plain Python loop: one compiled solve, kept
+    # called in a plain Python loop, or vmapped (or differentiated in forward mode) outside any jit
+    # with the arm known: one compiled solve, kept (a transformation of it is kept by JAX)
+    if tracers.eager() or (checks.concrete(arm) and tracers.transformed_eagerly((target, q0))):
         result = _kept_solve(arm, target, q0, dict(max_iterations=max_iterations, tol=tol, rotation_tol=rotation_tol,
                                                     damping=damping, max_step=max_step, joint_limits=joint_limits))
         if result is not None:
@@ -209,12 +211,14 @@ def _kept_solve(arm, target, q0, settings):
     by a compiled solve kept for the next call (:func:`jaxarm.core.xla.eager_compiled`): the arm
     (known by value) and the settings its constants, the target and the starting guesses its
     arguments. Run op by op, every call traced and dispatched the iteration again (a Puma 560 pose:
-    0.75 s a call); kept, a call after the first takes what a jitted solve takes. None where a
-    setting cannot key a kept program (the solve then runs as called)."""
+    0.75 s a call); kept, a call after the first takes what a jitted solve takes. Under a
+    ``jax.vmap`` (or forward-mode derivative) applied outside any jit, the kept solve is
+    transformed and JAX keeps the transformed program (8 Panda poses: 1.2 s every call op by op).
+    None where a setting cannot key a kept program (the solve then runs as called)."""
     settings, arrays = split_settings(settings)
     if arrays:  # a setting given as an array cannot key a kept program
         return None
-    if q0 is not None:
+    if q0 is not None and checks.concrete(q0):
         q0 = np.asarray(q0)
         if np.issubdtype(q0.dtype, np.number) and not np.all(np.isfinite(q0)):  # (inside the program it is traced)
             raise ValueError(f"inverse_kinematics: q0: expected finite values, got non-finite entries at {np.argwhere(~np.isfinite(q0)).tolist()}")
