@@ -178,6 +178,7 @@ def speed(arm, batch, batch_steps=200, torque_sensors=False, variants=("extended
     sensors = np.concatenate([q_meas, tau_meas], axis=1) if torque_sensors else q_meas
     if torque_sensors:
         options.update(measure=("q", "tau"), torque_sensor_std=0.05)
+    row = dict(measure="filter_speed", arm="panda", sensors=list(options.get("measure", ("q",))), device=jax.devices()[0].platform)
     for variant in variants:
         steps = 1000
         uu, zz = tau_meas[:steps], sensors[:steps + 1]
@@ -185,8 +186,7 @@ def speed(arm, batch, batch_steps=200, torque_sensors=False, variants=("extended
         jaxarm.kalman_filter(arm, uu, zz, variant=variant, **options)
         first = time.perf_counter() - start
         best = min(_timed(lambda: jaxarm.kalman_filter(arm, uu, zz, variant=variant, **options)) for _ in range(3))
-        emit(measure="filter_speed", arm="panda", variant=variant, sensors=list(options.get("measure", ("q",))),
-             device=jax.devices()[0].platform, steps=steps, filters=1,
+        emit(**row, variant=variant, steps=steps, filters=1,
              first_call_seconds=round(first, 1), microseconds_per_step=round(1e6 * best / steps, 1))
         rng = np.random.default_rng(0)
         ub = tau_meas[None, :batch_steps] + 1e-3 * rng.normal(size=(batch, batch_steps, n))
@@ -195,9 +195,7 @@ def speed(arm, batch, batch_steps=200, torque_sensors=False, variants=("extended
         jaxarm.kalman_filter(arm, ub, zb, variant=variant, **options)
         first = time.perf_counter() - start
         warm = _timed(lambda: jaxarm.kalman_filter(arm, ub, zb, variant=variant, **options))
-        emit(measure="filter_speed", arm="panda", variant=variant, sensors=list(options.get("measure", ("q",))),
-             device=jax.devices()[0].platform, steps=batch_steps,
-             filters=batch, first_call_seconds=round(first, 1), seconds=round(warm, 2),
+        emit(**row, variant=variant, steps=batch_steps, filters=batch, first_call_seconds=round(first, 1), seconds=round(warm, 2),
              microseconds_per_step_per_filter=round(1e6 * warm / batch_steps / batch, 2))
 
 
