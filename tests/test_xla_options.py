@@ -326,6 +326,52 @@ def test_jacobians_once_equal_jacfwd_and_evaluate_the_primal_once():
         assert sines(once) == 120 and sines(plain) >= 4 * 120, (sines(once), sines(plain))
 
 
+def test_linearization_equals_jvp_and_stores_fewer_residuals_than_jax_linearize():
+    """linearization: fn's value and its Jacobian-vector products as jax.jvp gives them, for the
+    Panda's Newton-Euler (first-order primitives: the equations sorted by hand, values that are
+    negations or entries of others made again by the map) and for a function with a nested jit
+    and a custom derivative (JAX's partial evaluation); the Newton-Euler map reads fewer stored
+    values than jax.linearize's does."""
+    from jaxarm.dynamics.newton_euler import _inverse_dynamics
+
+    arm = jaxarm.load_arm("panda")
+    n = arm.n
+    rng = np.random.default_rng(3)
+    q, qd, qdd = (jnp.asarray(rng.normal(size=n)) for _ in range(3))
+    tangents = [tuple(jnp.asarray(rng.normal(size=n)) for _ in range(3)) for _ in range(2)]
+
+    def rnea(q, qd, qdd):
+        return _inverse_dynamics(arm, q, qd, qdd, None)
+
+    @jax.custom_jvp
+    def soft(x):
+        return jnp.log1p(jnp.exp(x))
+
+    soft.defjvp(lambda p, t: (soft(p[0]), jax.nn.sigmoid(p[0]) * t[0]))
+
+    def nested(q, qd, qdd):
+        return jax.jit(lambda a: soft(a) * jnp.sin(qd))(q) + 2.0 * qdd - q[::-1]
+
+    for fn in (rnea, nested):
+        y, residuals, apply = _xla.linearization(fn, q, qd, qdd)
+        np.testing.assert_allclose(y, fn(q, qd, qdd), rtol=1e-13, atol=1e-12)
+        for t in tangents:
+            np.testing.assert_allclose(apply(residuals, *t), jax.jvp(fn, (q, qd, qdd), t)[1], rtol=1e-12, atol=1e-10)
+        # under jit and vmap over tangents, as the step Jacobians use it
+        mapped = jax.jit(lambda r, T: jax.vmap(lambda t: apply(r, *t))(T))(residuals, tuple(jnp.stack(c) for c in zip(*tangents)))
+        np.testing.assert_allclose(mapped[1], jax.jvp(fn, (q, qd, qdd), tangents[1])[1], rtol=1e-12, atol=1e-10)
+
+    def stored(fn):
+        return sum(int(np.size(r)) for r in jax.eval_shape(lambda *a: fn(rnea, *a)[1], q, qd, qdd))
+
+    def by_jax(fn, *args):
+        _, lin = jax.linearize(fn, *args)
+        return None, [c for c in jax.make_jaxpr(lin)(*args).consts if isinstance(c, jax.core.Tracer)]
+
+    ours, theirs = stored(_xla.linearization), stored(by_jax)
+    assert 0 < ours < theirs, (ours, theirs)
+
+
 def test_runge_kutta_stage_loop_computes_the_dynamics_once_per_stage():
     """The stage loop hands each stage's acceleration to the next iteration through the loop's
     state: put into the stage table where it was computed, it fed one select per stage and

@@ -107,9 +107,9 @@ def _accel_jacobians(arm, xs, us, qdd, input, fe=None, saturate=False):
     qdd compiles into one fusion per output that re-derives what they share (the Panda at 100
     knots: 13.3k lines of optimized HLO against 3.2k for qdd alone).
 
-    The forward mode is split in two (``jax.linearize``): the primal pass and its residuals (the
-    sines, rotations, velocities, ... the tangents are linear in) computed once per point and
-    stored (:func:`jaxarm.core.xla.computed_once`), then the linear map applied to the 3n unit
+    The forward mode is split in two (:func:`jaxarm.core.xla.linearization`): the primal pass
+    and its residuals (the sines, rotations, velocities, ... the tangents are linear in) computed
+    once per point and stored (:func:`jaxarm.core.xla.computed_once`), then the linear map applied to the 3n unit
     directions. With ``jax.jacfwd`` in one piece, XLA:CPU fused the whole primal recursion into
     each of the ~40 loop fusions of the Jacobian's entries (UR5 solver: 93k -> 56k lines of
     optimized HLO; Panda tutorial: 127k -> 81k). Reverse mode (n cotangents) was measured before:

@@ -37,6 +37,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+try:  # (jax.core's names before jax 0.4.36)
+    from jax.extend.core import ClosedJaxpr as _ClosedJaxpr, Jaxpr as _Jaxpr, Literal as _Literal
+except ImportError:  # pragma: no cover
+    from jax.core import ClosedJaxpr as _ClosedJaxpr, Jaxpr as _Jaxpr, Literal as _Literal
+
 YNN_OFF = {"xla_cpu_experimental_ynn_fusion_type": ""}
 FUSION_EMITTERS_OFF = {"xla_cpu_use_fusion_emitters": False}
 CPU_OPTIONS = {**YNN_OFF, **FUSION_EMITTERS_OFF}
@@ -356,19 +361,138 @@ def linearization(fn, *args):
     the sines, rotations, velocities, ... the tangents are linear in) and the map itself,
     ``apply(residuals, *tangents)``, which closes over nothing traced. The residuals can so be
     computed where XLA cannot fuse them into each product that reads them
-    (:func:`computed_once`), and ``apply`` vmapped over tangents, over points, or looped over."""
-    y, lin = jax.linearize(fn, *args)
-    closed = jax.make_jaxpr(lin)(*args)
-    consts = list(closed.consts)
-    traced = [i for i, c in enumerate(consts) if isinstance(c, jax.core.Tracer)]
+    (:func:`computed_once`), and ``apply`` vmapped over tangents, over points, or looped over.
+
+    ``fn``'s forward mode is traced into one jaxpr (``jax.jvp``) and its equations sorted by what
+    they read: the primal inputs only (evaluated here), the tangents (``apply``'s), or neither
+    (constants: evaluated by both, so that XLA still folds them into the products). For a program
+    of first-order primitives only (Newton-Euler) this takes a third less tracing than
+    ``jax.linearize`` (the Panda's step Jacobians at 100 points: 0.52 -> 0.3 s), which
+    linearizes each primitive by tracing its derivative rule apart. A program with inner jaxprs
+    (nested jits, custom derivatives) is split by JAX's partial evaluation, which splits those
+    too."""
+    flat, tree = jax.tree_util.tree_flatten(args)
+    k = len(flat)
+
+    def jvp_flat(*xs):
+        return jax.jvp(fn, jax.tree_util.tree_unflatten(tree, xs[:k]), jax.tree_util.tree_unflatten(tree, xs[k:]))
+
+    closed, (y_shape, _) = jax.make_jaxpr(jvp_flat, return_shape=True)(*flat, *flat)
+    y_tree = jax.tree_util.tree_structure(y_shape)
+    ny = y_tree.num_leaves
+    jaxpr = closed.jaxpr
+    if any(_inner_jaxprs(e) for e in jaxpr.eqns):
+        from jax._src.interpreters import partial_eval as pe
+        known, unknown, _, _ = pe.partial_eval_jaxpr_nounits(closed, [False] * k + [True] * k,
+                                                              instantiate=[False] * ny + [True] * (len(jaxpr.outvars) - ny))
+        outs = jax.core.eval_jaxpr(known.jaxpr, known.consts, *flat)
+
+        def apply(residuals, *tangents):
+            return jax.core.eval_jaxpr(unknown.jaxpr, unknown.consts, *residuals, *jax.tree_util.tree_leaves(tangents))[0]
+
+        return jax.tree_util.tree_unflatten(y_tree, outs[:ny]), list(outs[ny:]), apply
+
+    # each variable's class: 0 a constant, 1 computed from the primal inputs, 2 from the tangents
+    kind = {v: 0 for v in jaxpr.constvars}
+    kind.update({v: 1 for v in jaxpr.invars[:k]})
+    kind.update({v: 2 for v in jaxpr.invars[k:]})
+    of = lambda v: 0 if isinstance(v, _Literal) else kind[v]  # noqa: E731
+    eqn_kind = []
+    for e in jaxpr.eqns:
+        c = max((of(v) for v in e.invars), default=0)
+        eqn_kind.append(c)
+        kind.update({v: c for v in e.outvars})
+    tangent_out = jaxpr.outvars[ny:]
+    made_by = {v: i for i, e in enumerate(jaxpr.eqns) for v in e.outvars}
+    # the primal values the map reads; one made by a copy, a negation or a split of primal values
+    # is made again by the map, which then reads its operands instead (the entries of q: one
+    # residual instead of n, each an output XLA:CPU stores from a fusion of its own)
+    wanted = collections.deque([v for e, c in zip(jaxpr.eqns, eqn_kind) if c == 2 for v in e.invars] + list(tangent_out))
+    recomputed, residual_vars, chosen = set(), [], set()
+    while wanted:
+        v = wanted.popleft()
+        if isinstance(v, _Literal) or kind[v] != 1 or v in chosen:
+            continue
+        i = made_by.get(v)
+        if i is not None and jaxpr.eqns[i].primitive.name in _REMADE:
+            if i not in recomputed:
+                recomputed.add(i)
+                wanted.extend(jaxpr.eqns[i].invars)
+            continue
+        residual_vars.append(v)
+        chosen.add(v)
+    # a residual that is the sum, difference or product of others is made again too
+    available = set(residual_vars)
+    changed = True
+    while changed:
+        changed = False
+        for v in list(residual_vars):
+            i = made_by.get(v)
+            if i is None or jaxpr.eqns[i].primitive.name not in _REMADE_FROM_RESIDUALS:
+                continue
+            operands = [u for u in jaxpr.eqns[i].invars if not isinstance(u, _Literal) and kind[u] == 1]
+            if all(u in available and u is not v for u in operands):
+                residual_vars.remove(v)
+                recomputed.add(i)
+                changed = True
+    primal_eqns = _needed([e for e, c in zip(jaxpr.eqns, eqn_kind) if c < 2], list(jaxpr.outvars[:ny]) + residual_vars)
+    map_eqns = _needed([e for i, (e, c) in enumerate(zip(jaxpr.eqns, eqn_kind)) if c != 1 or i in recomputed], tangent_out)
+    env = _evaluate(primal_eqns, {**dict(zip(jaxpr.constvars, closed.consts)), **dict(zip(jaxpr.invars[:k], flat))})
+    consts = dict(zip(jaxpr.constvars, closed.consts))
 
     def apply(residuals, *tangents):
-        full = list(consts)
-        for i, v in zip(traced, residuals):
-            full[i] = v
-        return jax.core.eval_jaxpr(closed.jaxpr, full, *tangents)[0]
+        values = {**consts, **dict(zip(residual_vars, residuals)),
+                  **dict(zip(jaxpr.invars[k:], jax.tree_util.tree_leaves(tangents)))}
+        out = _evaluate(map_eqns, values)
+        return jax.tree_util.tree_unflatten(y_tree, [_read(out, v) for v in tangent_out])
 
-    return y, [consts[i] for i in traced], apply
+    y = jax.tree_util.tree_unflatten(y_tree, [_read(env, v) for v in jaxpr.outvars[:ny]])
+    return y, [env[v] for v in residual_vars], apply
+
+
+# primitives that copy or rearrange values: the linear map of :func:`linearization` makes them again
+# from their operands rather than reading their results as residuals
+_REMADE = frozenset({"jaxarm_entries", "neg", "slice", "squeeze", "reshape", "split", "convert_element_type",
+                     "broadcast_in_dim", "copy", "copy_p"})
+
+_REMADE_FROM_RESIDUALS = frozenset({"add", "sub", "mul"})
+
+
+def _inner_jaxprs(eqn) -> bool:
+    """Whether a jaxpr equation holds jaxprs of its own (a nested jit, a loop, a custom rule)."""
+    return any(isinstance(p, (_Jaxpr, _ClosedJaxpr)) or
+               (isinstance(p, (tuple, list)) and any(isinstance(q, (_Jaxpr, _ClosedJaxpr)) for q in p))
+               for p in eqn.params.values())
+
+
+def _needed(eqns, outputs):
+    """The equations of ``eqns`` (in order) that ``outputs`` depend on."""
+    wanted = {v for v in outputs if not isinstance(v, _Literal)}
+    kept = []
+    for e in reversed(eqns):
+        if any(v in wanted for v in e.outvars):
+            kept.append(e)
+            wanted.update(v for v in e.invars if not isinstance(v, _Literal))
+    return kept[::-1]
+
+
+def _read(env, v):
+    return v.val if isinstance(v, _Literal) else env[v]
+
+
+def _evaluate(eqns, env):
+    """``eqns`` bound in order in the current trace (as ``jax.core.eval_jaxpr`` does), reading and
+    extending ``env`` (variable -> value); returns the extended ``env``."""
+    from jax._src import source_info_util
+
+    env = dict(env)
+    for e in eqns:
+        context = e.ctx.manager if hasattr(e, "ctx") else contextlib.nullcontext()
+        with source_info_util.user_context(e.source_info.traceback,
+                                           name_stack=source_info_util.current_name_stack() + e.source_info.name_stack), context:
+            out = e.primitive.bind(*(_read(env, v) for v in e.invars), **e.primitive.get_bind_params(e.params))
+        env.update(zip(e.outvars, out) if e.primitive.multiple_results else ((e.outvars[0], out),))
+    return env
 
 
 def linearized_once(fn, *args):
