@@ -329,9 +329,9 @@ def test_jacobians_once_equal_jacfwd_and_evaluate_the_primal_once():
 def test_linearization_equals_jvp_and_stores_fewer_residuals_than_jax_linearize():
     """linearization: fn's value and its Jacobian-vector products as jax.jvp gives them, for the
     Panda's Newton-Euler (first-order primitives: the equations sorted by hand, values that are
-    negations or entries of others made again by the map) and for a function with a nested jit
-    and a custom derivative (JAX's partial evaluation); the Newton-Euler map reads fewer stored
-    values than jax.linearize's does."""
+    negations or entries of others made again by the map), for a function with a nested jit and
+    a custom derivative (the jit inlined) and for a loop that carries tangents (JAX's partial
+    evaluation); the Newton-Euler map reads fewer stored values than jax.linearize's does."""
     from jaxarm.dynamics.newton_euler import _inverse_dynamics
 
     arm = jaxarm.load_arm("panda")
@@ -352,7 +352,10 @@ def test_linearization_equals_jvp_and_stores_fewer_residuals_than_jax_linearize(
     def nested(q, qd, qdd):
         return jax.jit(lambda a: soft(a) * jnp.sin(qd))(q) + 2.0 * qdd - q[::-1]
 
-    for fn in (rnea, nested):
+    def looped(q, qd, qdd):  # a loop that carries tangents: JAX's partial evaluation
+        return jax.lax.fori_loop(0, 3, lambda i, x: jnp.sin(x) * qd + qdd, q)
+
+    for fn in (rnea, nested, looped):
         y, residuals, apply = _xla.linearization(fn, q, qd, qdd)
         np.testing.assert_allclose(y, fn(q, qd, qdd), rtol=1e-13, atol=1e-12)
         for t in tangents:
