@@ -513,7 +513,9 @@ def _evaluate(eqns, env):
         context = e.ctx.manager if hasattr(e, "ctx") else contextlib.nullcontext()
         with source_info_util.user_context(e.source_info.traceback,
                                            name_stack=source_info_util.current_name_stack() + e.source_info.name_stack), context:
-            out = e.primitive.bind(*(_read(env, v) for v in e.invars), **e.primitive.get_bind_params(e.params))
+            params = e.primitive.get_bind_params(e.params)
+            subfuns, params = params if isinstance(params, tuple) else ((), params)  # (older jax: a pair)
+            out = e.primitive.bind(*subfuns, *(_read(env, v) for v in e.invars), **params)
         env.update(zip(e.outvars, out) if e.primitive.multiple_results else ((e.outvars[0], out),))
     return env
 
