@@ -477,7 +477,7 @@ def _evaluate_inlined(jaxpr, consts, args):
             out = _evaluate_inlined(inner.jaxpr, inner.consts, [_read(env, v) for v in e.invars])
             env.update(zip(e.outvars, out))
         else:
-            env = _evaluate([e], env)
+            _bind(e, env)
     return [_read(env, v) for v in jaxpr.outvars]
 
 
@@ -504,20 +504,26 @@ def _read(env, v):
 
 
 def _evaluate(eqns, env):
-    """``eqns`` bound in order in the current trace (as ``jax.core.eval_jaxpr`` does), reading and
-    extending ``env`` (variable -> value); returns the extended ``env``."""
-    from jax._src import source_info_util
-
+    """``eqns`` bound in order in the current trace (as ``jax.core.eval_jaxpr`` does), reading a
+    copy of ``env`` (variable -> value) and adding their results to it; returns the copy."""
     env = dict(env)
     for e in eqns:
-        context = e.ctx.manager if hasattr(e, "ctx") else contextlib.nullcontext()
-        with source_info_util.user_context(e.source_info.traceback,
-                                           name_stack=source_info_util.current_name_stack() + e.source_info.name_stack), context:
-            params = e.primitive.get_bind_params(e.params)
-            subfuns, params = params if isinstance(params, tuple) else ((), params)  # (older jax: a pair)
-            out = e.primitive.bind(*subfuns, *(_read(env, v) for v in e.invars), **params)
-        env.update(zip(e.outvars, out) if e.primitive.multiple_results else ((e.outvars[0], out),))
+        _bind(e, env)
     return env
+
+
+def _bind(e, env):
+    """The equation ``e`` bound in the current trace, its operands read from ``env`` and its
+    results written into it."""
+    from jax._src import source_info_util
+
+    context = e.ctx.manager if hasattr(e, "ctx") else contextlib.nullcontext()
+    with source_info_util.user_context(e.source_info.traceback,
+                                       name_stack=source_info_util.current_name_stack() + e.source_info.name_stack), context:
+        params = e.primitive.get_bind_params(e.params)
+        subfuns, params = params if isinstance(params, tuple) else ((), params)  # (older jax: a pair)
+        out = e.primitive.bind(*subfuns, *(_read(env, v) for v in e.invars), **params)
+    env.update(zip(e.outvars, out) if e.primitive.multiple_results else ((e.outvars[0], out),))
 
 
 def linearized_once(fn, *args):
