@@ -133,7 +133,7 @@ def inverse_kinematics(
             raise ValueError(f"{func}: {name}: expected a positive number, got {value!r}")
     # called in a plain Python loop, or vmapped (or differentiated in forward mode) outside any jit
     # with the arm known: one compiled solve, kept (a transformation of it is kept by JAX)
-    if tracers.eager() or (checks.concrete(arm) and tracers.transformed_eagerly((target, q0))):
+    if tracers.kept_program_answers(arm, (target, q0)):
         result = _kept_solve(arm, target, q0, dict(max_iterations=max_iterations, tol=tol, rotation_tol=rotation_tol,
                                                     damping=damping, max_step=max_step, joint_limits=joint_limits))
         if result is not None:

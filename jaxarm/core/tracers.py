@@ -122,6 +122,16 @@ def transformed_eagerly(tree) -> bool:
     return found
 
 
+
+def kept_program_answers(known, values) -> bool:
+    """Whether a program compiled and kept for the next call (:func:`jaxarm.core.xla.eager_compiled`,
+    its constants ``known``, its arguments ``values``) answers this call: called eagerly, or under
+    transformations applied outside any jit (:func:`transformed_eagerly`) that reach ``values``
+    only, ``known`` holding no tracer (its values key the kept program). JAX then keeps the
+    transformed program too."""
+    return eager() or (not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(known))
+                       and transformed_eagerly(values))
+
 @jax.custom_batching.custom_vmap
 def _mark_batched(leaves, refs):
     return leaves

@@ -489,7 +489,7 @@ def rollout(
     t0 = jnp.asarray(t0, dtype)
     arrays = (q0, qd0, schedule, dt, t0, ext)
     # called eagerly, or transformed eagerly with the arm known: one compiled rollout, kept
-    if policy is None and dac is None and (tracers.eager() or (checks.concrete(arm) and tracers.transformed_eagerly(arrays))):
+    if policy is None and dac is None and tracers.kept_program_answers(arm, arrays):
         settings = dict(method=method, input=input, hold=hold, bound=bound, checkpoint=checkpoint, adjoint=adjoint,
                         saturate=saturate, unroll=unroll, stops=stops)
         traj = _kept_rollout(arm, arrays, settings, _differentiated(arrays))

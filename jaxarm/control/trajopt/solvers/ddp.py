@@ -474,7 +474,7 @@ def ddp(
     mu0 = _start_scalar(mu, "mu", dtype, func)
     viol0 = _start_scalar(jnp.inf if last_violation is None else last_violation, "last_violation", dtype, func)
     rounds0 = _start_scalar(al_rounds, "al_rounds", jnp.int32, func)
-    if tracers.eager() or _transformed_eagerly(given):
+    if tracers.kept_program_answers(*_constants_and_arguments(given)):
         solved = _compiled(dict(given))
         if solved is not None:
             return solved
@@ -515,16 +515,15 @@ def ddp(
     return jax.tree_util.tree_map(tracers.strong, result)
 
 
-def _transformed_eagerly(given) -> bool:
-    """Whether ``ddp(**given)`` runs under transformations applied outside any jit (``jax.grad``,
-    ``jax.vmap`` of it called eagerly) that reach only the problem's ``params`` and the arrays
-    given: the kept solve (:func:`_compiled`) is then transformed, and JAX keeps the transformed
-    program for the next call. Run op by op, every eager gradient of a solve traced and compiled
-    the solver and its adjoint again."""
+def _constants_and_arguments(given):
+    """What a kept solve of ``ddp(**given)`` (:func:`_compiled`) compiles in as constants (the
+    problem without its ``params``) and takes as arguments (the params and the arrays given): a
+    ``jax.grad`` or ``jax.vmap`` of a solve applied outside any jit that reaches only the latter
+    transforms the kept solve, and JAX keeps the transformed program for the next call. Run op by
+    op, every eager gradient of a solve traced and compiled the solver and its adjoint again."""
     problem = given["problem"]
     _, arrays = split_settings({k: v for k, v in given.items() if k != "problem"})
-    return (checks.concrete(dataclasses.replace(problem, params=None))
-            and tracers.transformed_eagerly((problem.params, arrays)))
+    return dataclasses.replace(problem, params=None), (problem.params, arrays)
 
 
 def _compiled(given):
