@@ -437,14 +437,14 @@ def linearization(fn, *args):
             if i is None or jaxpr.eqns[i].primitive.name not in _REMADE_FROM_RESIDUALS:
                 continue
             operands = [u for u in jaxpr.eqns[i].invars if not isinstance(u, _Literal) and kind[u] == 1]
-            if all(u in available and u is not v for u in operands):
+            if all(u in available for u in operands):
                 residual_vars.remove(v)
                 recomputed.add(i)
                 changed = True
     primal_eqns = _needed([e for e, c in zip(jaxpr.eqns, eqn_kind) if c < 2], list(jaxpr.outvars[:ny]) + residual_vars)
     map_eqns = _needed([e for i, (e, c) in enumerate(zip(jaxpr.eqns, eqn_kind)) if c != 1 or i in recomputed], tangent_out)
-    env = _evaluate(primal_eqns, {**dict(zip(jaxpr.constvars, closed.consts)), **dict(zip(jaxpr.invars[:k], flat))})
     consts = dict(zip(jaxpr.constvars, closed.consts))
+    env = _evaluate(primal_eqns, {**consts, **dict(zip(jaxpr.invars[:k], flat))})
 
     def apply(residuals, *tangents):
         values = {**consts, **dict(zip(residual_vars, residuals)),
@@ -459,7 +459,7 @@ def linearization(fn, *args):
 # primitives that copy or rearrange values: the linear map of :func:`linearization` makes them again
 # from their operands rather than reading their results as residuals
 _REMADE = frozenset({"jaxarm_entries", "neg", "slice", "squeeze", "reshape", "split", "convert_element_type",
-                     "broadcast_in_dim", "copy", "copy_p"})
+                     "broadcast_in_dim", "copy"})
 
 _REMADE_FROM_RESIDUALS = frozenset({"add", "sub", "mul"})
 
