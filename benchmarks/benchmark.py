@@ -415,8 +415,10 @@ def compile_timed(fn, *args):
     c0, t0 = time.process_time(), time.perf_counter()
     # jaxarm's recommended XLA options (on CPU: YNNPACK fusions and fusion emitters off, see jaxarm.core.xla)
     options = None if PLAIN_JIT else (jaxarm.compiler_options() or None)
-    lowered = jax.jit(fn).lower(*args)
+    # traced inside loop_kernels() as well, as jaxarm.jit traces: the form of some programs
+    # depends on it (jaxarm.integrators.gradient_written_out)
     with contextlib.nullcontext() if PLAIN_JIT else jaxarm_xla.loop_kernels():
+        lowered = jax.jit(fn).lower(*args)
         compiled = lowered.compile(compiler_options=options)
     return compiled, {"value": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}
 
@@ -637,13 +639,20 @@ def bench_float32_error(rec, name, arm, cfg, rng, B=16):
             q_range=float(np.ptp(qs[jnp.float64], axis=1).max()), call="max |q_float32 - q_float64| after the last step")
 
 
-def _gradient_stage_form(arm, entry):
-    """The form of the RK3 stages in the gradient program of ``entry`` (None for the adjoint)."""
+def _loop_kernels_on():
+    """Whether this run's compiles make small loops single kernels (not under --plain-jit)."""
+    return not PLAIN_JIT and jaxarm_xla.loop_kernels_status().get("loop_kernel_bytes") is not None
+
+
+def _gradient_stage_form(arm, entry, batch):
+    """The form of the RK3 stages in the gradient program of ``entry`` at ``batch`` rollouts (None
+    for the adjoint)."""
     if entry == "adjoint":
         return None
     if entry == "autodiff_loop" or (entry == "arm" and jaxarm.integrators.stages_in_a_loop()):
         return "loop"
-    written = not jaxarm.integrators.stages_in_a_loop() or jaxarm.integrators.gradient_written_out(3, arm.n)
+    written = (not jaxarm.integrators.stages_in_a_loop()
+               or jaxarm.integrators.gradient_written_out(3, arm.n, batch, loop_kernels=_loop_kernels_on()))
     return "written_out" if written else "loop"
 
 
@@ -700,7 +709,7 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
             kernel = process_cost(lambda: jax.block_until_ready(grad(p0, tau, q0, qd0)))
             rec.add(name, dname, "rollout_grad", impl, B, t_grad / t_arm_fwd, "x forward", entry="arm",
                     seconds=t_grad, forward_seconds=t_arm_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
-                    stage_form=_gradient_stage_form(arm, "arm"), **kernel)
+                    stage_form=_gradient_stage_form(arm, "arm", B), **kernel)
         grads = {}
         for entry in torque_entries:
             grad, compile_s = compile_timed(jax.grad(cost_fn(*methods[entry])), tau, q0, qd0)
@@ -715,7 +724,7 @@ def bench_jaxarm_grad(rec, name, arm, dtype, cfg, rng):
             rec.add(
                 name, dname, "rollout_grad", impl, B, t_grad / t_fwd, "x forward", entry=entry,
                 seconds=t_grad, forward_seconds=t_fwd, steps=T, dt=cfg.dt, f64_ops=f64,
-                stage_form=_gradient_stage_form(arm, entry), **kernel,
+                stage_form=_gradient_stage_form(arm, entry, B), **kernel,
                 **{f"forward_{k}": v for k, v in forward_kernel.items()},
             )
         # the gradients must agree before their times mean anything

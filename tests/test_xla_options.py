@@ -197,6 +197,31 @@ def test_runge_kutta_stages_run_written_out_unless_a_derivative_needs_the_loop_o
         count = lambda m: scans(jax.grad(lambda u, g: final(u, g, m, arm=big)), uu, gg)  # noqa: E731
         expect = integrators.explicit_rk(*tableau, loop=False if written_out or not on_cpu else True)
         assert count(method) == count(expect), (joints, method)
+    # a larger program differentiated for a batch of rollouts (a vmap around the rollout): written
+    # out from 16 rollouts, from 128 where small loops are single kernels (jaxarm.jit); the batch
+    # seen through the vmap inside the gradient and through a vmap of the gradient alike
+    assert (integrators.WRITTEN_OUT_GRADIENT_BATCH, integrators.WRITTEN_OUT_GRADIENT_BATCH_LOOP_KERNELS) == (16, 128)
+    big = random_arm(7, "R" * 7, "placement")
+    gg = jnp.ones(7)
+
+    def batched(m, B, inside=True):
+        uu = jnp.zeros((B, 3, 7))
+        if inside:  # the vmap inside the gradient
+            return scans(jax.grad(lambda u, g: jnp.sum(jax.vmap(lambda u: final(u, g, m, arm=big))(u))), uu, gg)
+        return scans(jax.vmap(jax.grad(lambda u, g: final(u, g, m, arm=big))), uu, jnp.ones((B, 7)))
+
+    written_count, looped_count = batched(written, 2), batched(looped, 2)
+    assert looped_count > written_count
+    on = {True: written_count, False: looped_count}
+    assert batched("rk3", 15) == on[not on_cpu]
+    assert batched("rk3", 16) == on[True]
+    assert batched("rk3", 16, inside=False) == batched(written, 2, inside=False)
+    kernels = on_cpu and _xla.loop_kernels_status().get("loop_kernel_bytes") is not None
+    with _xla.loop_kernels():
+        assert _xla.loop_kernels_active() == kernels
+        assert batched("rk3", 127) == on[not kernels]
+        assert batched("rk3", 128) == on[True]
+    assert not _xla.loop_kernels_active()
     for platform in ("gpu", "tpu"):
         monkeypatch.setattr(integrators.jax, "default_backend", lambda: platform)
         assert not integrators.stages_in_a_loop()

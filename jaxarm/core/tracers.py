@@ -74,6 +74,20 @@ def batch_size(x) -> int:
     return int(x.val.shape[dim]) if isinstance(dim, int) else 0
 
 
+def vmapped_size(tree) -> int:
+    """How many values each array of ``tree`` stands for while it is traced: the product of the
+    sizes of the vmaps around it (its chain of tracers, :func:`wrapped`), the largest over the
+    leaves; 1 where no vmap is seen (none, or one applied outside a jit that traces this)."""
+    size = 1
+    for leaf in jax.tree_util.tree_leaves(tree):
+        n = 1
+        for t in wrapped(leaf):
+            if isinstance(t, BatchTracer):
+                n *= max(batch_size(t), 1)
+        size = max(size, n)
+    return size
+
+
 def forward_basis(tree) -> bool:
     """Whether some leaf of ``tree`` is differentiated in forward mode along a batch of
     directions: ``jax.jacfwd`` (or ``jax.hessian``) with respect to it, which runs a jvp whose

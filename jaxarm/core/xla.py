@@ -215,6 +215,15 @@ def _backend_options(threshold, platform):
     return {_LOOP_OPTION: threshold}
 
 
+def loop_kernels_active() -> bool:
+    """Whether the program being traced or compiled now, on this thread, will have its small while
+    loops compiled as single kernels (inside :func:`jit` or :func:`loop_kernels`, with a threshold
+    above zero): a hint for the form of a program, read while it is traced."""
+    options = getattr(_extra, "options", None) or {}
+    threshold = options.get(_LOOP_OPTION)
+    return threshold is not None and int(threshold) > 0
+
+
 def loop_kernels_status() -> dict:
     """What :func:`jit` does with loops on this machine: the threshold in bytes, or why it is not
     applied (not a CPU; this jax's compile options could not carry it)."""

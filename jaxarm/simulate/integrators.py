@@ -199,13 +199,33 @@ def explicit_rk(c, A, b, recompute: bool = True, loop: bool | None = None, stage
 # the stages written out"). Pass explicit_rk(..., loop=False) or loop=True to choose either form.
 WRITTEN_OUT_GRADIENT_SIZE = 18
 
+# Larger programs are written out too where the rollouts differentiated together are at least this
+# many (a jax.vmap around the rollout, seen while it is traced): the stage loop's overhead per
+# stage (its dozens of small kernels, the copies of its carried arrays) then costs more than the
+# longer compile of three reverse passes. The Panda's gradient of 1000 RK3 steps under a plain
+# jax.jit (2-core Intel Xeon, float64): batch 16 24.3 ms written out against 48.5 ms with the loop,
+# batch 256 268 against 362 ms, batch 1 8.2 against 9.3 ms (so a single rollout keeps the loop and
+# its shorter compile); the first call about 1.1-1.4 s longer (docs/benchmarks.md, "Large batches of
+# gradients written out").
+WRITTEN_OUT_GRADIENT_BATCH = 16
+# ... and at least this many where small loops are compiled as single kernels (jaxarm.jit,
+# jaxarm.core.xla.loop_kernels): there the stage loop of a batch of up to about a hundred rollouts
+# runs as one kernel, without that overhead. The Panda under jaxarm.jit: batch 64 77 ms with the
+# loop against 90 written out, batch 128 196 against 150, batch 256 330-365 against 254-288.
+WRITTEN_OUT_GRADIENT_BATCH_LOOP_KERNELS = 128
 
-def gradient_written_out(stages: int, joints: int) -> bool:
+
+def gradient_written_out(stages: int, joints: int, batch: int = 1, loop_kernels: bool = False) -> bool:
     """Whether a rollout differentiated in reverse mode only, its arm held constant, runs the
     written-out stages of a step with ``stages`` stages for an arm of ``joints`` joints on a CPU
     (where no platform rule writes them out anyway): stages x joints <=
-    :data:`WRITTEN_OUT_GRADIENT_SIZE`."""
-    return stages * joints <= WRITTEN_OUT_GRADIENT_SIZE
+    :data:`WRITTEN_OUT_GRADIENT_SIZE`, or ``batch`` rollouts differentiated together (the sizes of
+    the vmaps around it) at least :data:`WRITTEN_OUT_GRADIENT_BATCH`, and at least
+    :data:`WRITTEN_OUT_GRADIENT_BATCH_LOOP_KERNELS` where its program's small loops are compiled as
+    single kernels (``loop_kernels``: :func:`jaxarm.jit`)."""
+    if stages * joints <= WRITTEN_OUT_GRADIENT_SIZE:
+        return True
+    return batch >= (WRITTEN_OUT_GRADIENT_BATCH_LOOP_KERNELS if loop_kernels else WRITTEN_OUT_GRADIENT_BATCH)
 
 
 def _staged(x) -> bool:

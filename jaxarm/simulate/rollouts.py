@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..core import tracers
+from ..core import tracers, xla
 from ..core.xla import by_value, eager_compiled, jit
 from ..dynamics import algebra, motors
 from ..dynamics.forward import _forward_dynamics
@@ -303,10 +303,11 @@ def _as_schedule(x, T, width, name):
     return x
 
 
-def _stages_written_out(step_fn, arm, kinds) -> bool:
+def _stages_written_out(step_fn, arm, kinds, batch=1) -> bool:
     """Whether a rollout whose arm has known kinematics runs the written-out form of a Runge-Kutta
     step made with ``loop=None`` (``"rk3"``, ``"rk4"``) rather than its form by platform (on a CPU,
-    the stage loop), given the kinds of differentiation that reach it (:func:`_differentiated`).
+    the stage loop), given the kinds of differentiation that reach it (:func:`_differentiated`)
+    and ``batch``, the number of rollouts traced together (:func:`jaxarm.core.tracers.vmapped_size`).
 
     - Nothing differentiated: written out. No loop overhead per stage: 8-41 % faster on a CPU.
     - Reverse mode only, the arm not differentiated (a gradient with respect to the start state,
@@ -315,7 +316,11 @@ def _stages_written_out(step_fn, arm, kinds) -> bool:
       RK4 up to 4): written out. The gradient of a 1000-step RK3 rollout of the Puma 560 ran
       1.2-1.7x faster than with the stage loop (batch 16: 13.1 against 21.6 ms), and its first
       call took 2.5-3.9 s at batches 1 to 256 against 2.0-2.9 s. For the 7-joint Panda the
-      written-out gradient's first call took 4.8-6.5 s, so it keeps the loop.
+      written-out gradient's first call took 4.8-6.5 s, so a single rollout of it keeps the loop;
+      a batch of at least :data:`jaxarm.integrators.WRITTEN_OUT_GRADIENT_BATCH` (16) is written
+      out, or of at least ``WRITTEN_OUT_GRADIENT_BATCH_LOOP_KERNELS`` (128) where small loops
+      are compiled as single kernels (:func:`jaxarm.jit`; :func:`jaxarm.integrators.gradient_written_out`
+      has the measurements).
     - Otherwise the loop. In forward mode (``jax.jvp``, ``jax.jacfwd``; a ``jax.hessian`` is
       forward over reverse), or with the arm
       differentiated (identification), the written-out derivative was slower to compile and to
@@ -331,7 +336,7 @@ def _stages_written_out(step_fn, arm, kinds) -> bool:
         return True
     stages = getattr(step_fn, "stages", None)
     return (kinds == {"reverse"} and stages is not None and not _differentiated(arm)
-            and integrators.gradient_written_out(stages, arm.n))
+            and integrators.gradient_written_out(stages, arm.n, batch, xla.loop_kernels_active()))
 
 
 def rollout(
@@ -372,9 +377,11 @@ def rollout(
         ``jax.grad``/``jax.jvp`` around this call, or only a reverse-mode derivative (``jax.grad``)
         reaches the states, inputs or policy, not the arm, and the method's stages times the
         arm's joints are at most ``jaxarm.integrators.WRITTEN_OUT_GRADIENT_SIZE`` (18: RK3 up to
-        6 joints). Otherwise in the form it was made with (a loop over the stages on a CPU, whose
-        derivative program compiles sooner: the 7-joint Panda's 1000-step gradient in 2.9-4.1 s
-        against 4.8-6.5 s written out). The two give the same values to rounding.
+        6 joints) or a vmap around this call differentiates at least 16 rollouts together (128
+        under :func:`jaxarm.jit`; ``jaxarm.integrators.gradient_written_out``). Otherwise in the
+        form it was made with (a loop over the stages on a CPU, whose derivative program compiles
+        sooner: the 7-joint Panda's 1000-step gradient in 2.9-4.1 s against 4.8-6.5 s written
+        out). The two give the same values to rounding.
     bound: a step whose |q| or |qd| exceeds this, or is not finite, counts as divergence.
     saturate: clip torque inputs at the joints' torque limits (``arm.limits.torque``, infinite by
         default) as a real drive would; voltage inputs are always clipped at ``voltage_limit``.
@@ -440,7 +447,8 @@ def rollout(
         raise ValueError(f"rollout: dt: expected a positive time step, got {dt!r}")
     step_fn = integrators.get_method(method)
     if (not adjoint and not checkpoint and checks.concrete((arm.kinematics, arm.tool))
-            and _stages_written_out(step_fn, arm, _kinds_of((arm, q0, qd0, inputs, dt, t0, f_ext), (inputs, dac)))):
+            and _stages_written_out(step_fn, arm, _kinds_of((arm, q0, qd0, inputs, dt, t0, f_ext), (inputs, dac)),
+                                    tracers.vmapped_size((q0, qd0, inputs, f_ext)))):
         step_fn = getattr(step_fn, "written_out", step_fn)
     # in reverse mode the time loop keeps each step's states and evaluates the dynamics again
     # rather than stacking their intermediates step by step (the stage loop of the Runge-Kutta
