@@ -221,6 +221,13 @@ def test_runge_kutta_stages_run_written_out_unless_a_derivative_needs_the_loop_o
         assert _xla.loop_kernels_active() == kernels
         assert batched("rk3", 127) == on[not kernels]
         assert batched("rk3", 128) == on[True]
+    # small loops made single kernels for every compile by the user's XLA_FLAGS count the same
+    flag = "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold="
+    for value, active in (("524288", True), ("1024", False)):
+        monkeypatch.setenv("XLA_FLAGS", flag + value)
+        assert _xla.loop_kernels_active() == active
+        with _xla.loop_kernels(0):  # jaxarm's own setting, where one is made, comes first
+            assert not _xla.loop_kernels_active() or not kernels
     assert not _xla.loop_kernels_active()
     for platform in ("gpu", "tpu"):
         monkeypatch.setattr(integrators.jax, "default_backend", lambda: platform)

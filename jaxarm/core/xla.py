@@ -31,6 +31,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import threading
 
 import jax
@@ -221,7 +222,19 @@ def loop_kernels_active() -> bool:
     above zero): a hint for the form of a program, read while it is traced."""
     options = getattr(_extra, "options", None) or {}
     threshold = options.get(_LOOP_OPTION)
-    return threshold is not None and int(threshold) > 0
+    if threshold is None:  # set for every compile by the user (XLA_FLAGS, read when jax starts)
+        threshold = _flag_threshold(os.environ.get("XLA_FLAGS", ""))
+        return threshold is not None and threshold > _XLA_LOOP_BYTES
+    return int(threshold) > 0
+
+
+_XLA_LOOP_BYTES = 1024  # XLA's own threshold: no loop of a rollout's qualifies
+
+
+def _flag_threshold(flags: str):
+    """The small-while-loop byte threshold set in an ``XLA_FLAGS`` string, or None."""
+    found = re.findall(_LOOP_OPTION + r"=(\d+)", flags)
+    return int(found[-1]) if found else None
 
 
 def loop_kernels_status() -> dict:
