@@ -218,8 +218,10 @@ def _backend_options(threshold, platform):
 
 def loop_kernels_active() -> bool:
     """Whether the program being traced or compiled now, on this thread, will have its small while
-    loops compiled as single kernels (inside :func:`jit` or :func:`loop_kernels`, with a threshold
-    above zero): a hint for the form of a program, read while it is traced."""
+    loops compiled as single kernels: inside :func:`jit` or :func:`loop_kernels` with a threshold
+    above zero, or, outside them, with a threshold above XLA's own 1 kB in ``XLA_FLAGS``. A hint
+    for the form of a program, read while it is traced
+    (:func:`jaxarm.integrators.gradient_written_out`)."""
     options = getattr(_extra, "options", None) or {}
     threshold = options.get(_LOOP_OPTION)
     if threshold is None:  # set for every compile by the user (XLA_FLAGS, read when jax starts)

@@ -203,15 +203,16 @@ WRITTEN_OUT_GRADIENT_SIZE = 18
 # many (a jax.vmap around the rollout, seen while it is traced): the stage loop's overhead per
 # stage (its dozens of small kernels, the copies of its carried arrays) then costs more than the
 # longer compile of three reverse passes. The Panda's gradient of 1000 RK3 steps under a plain
-# jax.jit (2-core Intel Xeon, float64): batch 16 24.3 ms written out against 48.5 ms with the loop,
-# batch 256 268 against 362 ms, batch 1 8.2 against 9.3 ms (so a single rollout keeps the loop and
-# its shorter compile); the first call about 1.1-1.4 s longer (docs/benchmarks.md, "Large batches of
-# gradients written out").
+# jax.jit (2-core Intel Xeon, float64, alternating runs): batch 16 24.7-24.8 ms written out against
+# 46.2-47.3 ms with the loop, batch 256 268-270 against 357-366 ms; batch 1 8.2 against 9.3 ms in
+# one process, too little for the second of compile it costs, so a single rollout keeps the loop.
+# The gradient's compile 1.3-1.5 s longer (docs/benchmarks.md, "Batches of gradients written out").
 WRITTEN_OUT_GRADIENT_BATCH = 16
 # ... and at least this many where small loops are compiled as single kernels (jaxarm.jit,
-# jaxarm.core.xla.loop_kernels): there the stage loop of a batch of up to about a hundred rollouts
-# runs as one kernel, without that overhead. The Panda under jaxarm.jit: batch 64 77 ms with the
-# loop against 90 written out, batch 128 196 against 150, batch 256 330-365 against 254-288.
+# jaxarm.core.xla.loop_kernels_active): there the stage loop of a batch of up to about a hundred
+# rollouts runs as one kernel, without that overhead. The Panda under jaxarm.jit: batch 64 77 ms
+# with the loop against 90 written out, batch 128 196 against 150, batch 256 318-331 against
+# 251-258 (compile 3.0-3.2 against 5.1 s).
 WRITTEN_OUT_GRADIENT_BATCH_LOOP_KERNELS = 128
 
 
