@@ -136,7 +136,6 @@ def transformed_eagerly(tree) -> bool:
     return found
 
 
-
 def kept_program_answers(known, values) -> bool:
     """Whether a program compiled and kept for the next call (:func:`jaxarm.core.xla.eager_compiled`,
     its constants ``known``, its arguments ``values``) answers this call: called eagerly, or under
@@ -145,6 +144,7 @@ def kept_program_answers(known, values) -> bool:
     transformed program too."""
     return eager() or (not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(known))
                        and transformed_eagerly(values))
+
 
 @jax.custom_batching.custom_vmap
 def _mark_batched(leaves, refs):

@@ -528,9 +528,9 @@ def _read(env, v):
 
 
 def _evaluate(eqns, env):
-    """``eqns`` bound in order in the current trace (as ``jax.core.eval_jaxpr`` does), reading a
-    copy of ``env`` (variable -> value) and adding their results to it; returns the copy."""
-    env = dict(env)
+    """``eqns`` bound in order in the current trace (as ``jax.core.eval_jaxpr`` does), their
+    operands read from ``env`` (variable -> value, a dict of the caller's own) and their results
+    added to it; returns ``env``."""
     for e in eqns:
         _bind(e, env)
     return env
