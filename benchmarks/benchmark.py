@@ -81,6 +81,17 @@ a slower CPU) then flags only what got slower beyond that; both slowdowns are pr
 rows are ratios to their own forward pass and are compared as they are. Timings never fail the run
 unless ``--strict`` is given (exit status 3 on a regression).
 
+One baseline per machine. Scaling by peers and reference workloads cannot make two CPUs alike:
+Pinocchio and MuJoCo ran 1.3-1.9x faster on a 2-core Intel Xeon than on the 2-core AMD EPYC the
+baseline was first recorded on, while jaxarm ran about as fast on both, so every peer ratio there
+read as a 30-50 % regression of unchanged code. ``baseline.json`` therefore holds one recorded run
+per machine (``{"runs": [...]}``; a file holding a single run, as ``--record`` writes a new one,
+is read as well), and a run compares itself with the run recorded on the same machine (the same
+CPU model, core count and jax backend), or, where none was, with the first run of the file,
+saying so (``same_machine`` in the comparison line). ``--record PATH`` into an existing record
+replaces the run of this machine and keeps the other machines' runs; a file at PATH that is not a
+benchmark record stops the run before anything is measured, rather than being overwritten.
+
 Timing. A compiled call is run once to warm up, then repeatedly until ``--min-time`` seconds are
 spent (calls shorter than min-time / 10 are timed in groups); the best time per call is reported,
 which is the least sensitive to other processes on a shared machine. JAX's persistent compilation
@@ -1030,6 +1041,67 @@ def summary(rows, markdown=False):
     return lines
 
 
+def machine_key(info):
+    """What makes two runs' timings comparable without scaling: the CPU model, its cores, the backend."""
+    info = info or {}
+    return (info.get("cpu"), info.get("cores"), info.get("backend"))
+
+
+def recorded_runs(record, path="the record"):
+    """The runs (list of dicts with "machine" and "rows") of a recorded file's JSON: a single run
+    (what ``--record`` writes into a new file) or ``{"runs": [...]}`` (one per machine)."""
+    if isinstance(record, dict) and isinstance(record.get("runs"), list):
+        runs = record["runs"]
+    elif isinstance(record, dict) and isinstance(record.get("rows"), list):
+        runs = [record]
+    else:
+        raise ValueError(f"{path}: expected a benchmark record (a JSON object with 'rows', or with 'runs', a list of them)")
+    for i, run in enumerate(runs):
+        if not (isinstance(run, dict) and isinstance(run.get("rows"), list)):
+            raise ValueError(f"{path}: runs[{i}] is not a recorded run (a JSON object with 'rows')")
+    return runs
+
+
+def baseline_for(info, record, path="the baseline"):
+    """(the recorded run to compare a run on machine ``info`` with, whether it was recorded on the
+    same machine): the run of the same CPU model, cores and backend, else the file's first run."""
+    runs = recorded_runs(record, path)
+    same = [r for r in runs if machine_key(r.get("machine")) == machine_key(info)]
+    return (same[0], True) if same else (runs[0], False)
+
+
+def merged_record(existing, run):
+    """The record to write for ``--record``: ``run`` alone, or, into an existing record of other
+    machines' runs, those runs with this machine's put in (in its place if it had one, else last)."""
+    if existing is None:
+        return run
+    mine = machine_key(run["machine"])
+    runs, placed = [], False
+    for r in recorded_runs(existing):
+        if machine_key(r.get("machine")) != mine:
+            runs.append(r)
+        elif not placed:
+            runs.append(run)
+            placed = True
+    if not placed:
+        runs.append(run)
+    return run if len(runs) == 1 else {"runs": runs}
+
+
+def read_record(path):
+    """The JSON of an existing record at ``path`` (None if there is no file); a clear error for a
+    file that is not one."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable benchmark record ({e})") from None
+    recorded_runs(record, path)
+    return record
+
+
 def compare(rows, baseline, threshold):
     """Comparison lines against the baseline rows; slowdown > 1 + threshold is a regression."""
     base = {key(r): r for r in baseline["rows"]}
@@ -1130,6 +1202,13 @@ def main(argv=None):
     global PLAIN_JIT
     cfg = parse(sys.argv[1:] if argv is None else argv)
     PLAIN_JIT = bool(cfg.plain_jit)
+    # read before anything is measured (and before --record may write the same file): a file that
+    # is not a benchmark record stops the run here rather than being overwritten after it
+    try:
+        baseline_record = read_record(cfg.baseline) if cfg.baseline != "none" else None
+        existing_record = read_record(cfg.record) if cfg.record else None
+    except ValueError as e:
+        sys.exit(f"benchmark.py: {e}")
     jax.config.update("jax_enable_compilation_cache", False)  # compile times must be real
     info = machine()
     emit({"machine": info})
@@ -1178,10 +1257,7 @@ def main(argv=None):
                     emit({"peer": peer, "arm": name, "status": "skipped", "reason": str(e)})
                     say(f"{peer}: skipped for {name} ({e})")
     rows = rec.rows
-    baseline = None  # read before --record may overwrite the same file
-    if cfg.baseline != "none" and os.path.exists(cfg.baseline):
-        with open(cfg.baseline) as f:
-            baseline = json.load(f)
+    baseline, same_machine = baseline_for(info, baseline_record, cfg.baseline) if baseline_record is not None else (None, None)
     ratios = ratio_rows(rows)
     for r in ratios:
         emit(r)
@@ -1191,7 +1267,7 @@ def main(argv=None):
     run = {"machine": info, "command": ["benchmarks/benchmark.py"] + (sys.argv[1:] if argv is None else list(argv)),
            "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time(), "rows": rows, "ratios": ratios, "targets": goals}
     if cfg.record:
-        write_atomic(cfg.record, json.dumps(run, indent=1) + "\n")
+        write_atomic(cfg.record, json.dumps(merged_record(existing_record, run), indent=1) + "\n")
     if cfg.markdown:
         write_atomic(cfg.markdown, "\n".join(summary(rows, markdown=True)).lstrip() + "\n")
 
@@ -1208,10 +1284,14 @@ def main(argv=None):
     if cfg.baseline != "none":
         if baseline is not None:
             lines = compare(rows, baseline, cfg.threshold)
-            emit({"comparison": os.path.relpath(cfg.baseline), "baseline_machine": baseline.get("machine"), "matched": len(lines), "rows": len(rows)})
+            emit({"comparison": os.path.relpath(cfg.baseline), "baseline_machine": baseline.get("machine"), "same_machine": same_machine,
+                  "matched": len(lines), "rows": len(rows)})
             say("")
+            bm = baseline.get("machine") or {}
             say(f"comparison with {os.path.relpath(cfg.baseline)} ({len(lines)} of {len(rows)} rows matched; "
-                f"baseline machine: {baseline.get('machine', {}).get('cpu')}, {baseline.get('machine', {}).get('cores')} cores)")
+                f"baseline machine: {bm.get('cpu')}, {bm.get('cores')} cores"
+                + ("" if same_machine else f"; none recorded on this one ({info.get('cpu')}, {info.get('cores')} cores): "
+                   "peer ratios differ between CPUs, record one with --record") + ")")
             for c in lines:
                 emit(c)
                 k = c["compare"]

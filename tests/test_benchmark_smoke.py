@@ -112,7 +112,7 @@ def test_quick_records_compares_and_reports_targets(quick):
     comparison = [x for x in lines if "comparison" in x]
     assert len(comparison) == 1
     if (ROOT / "benchmarks" / "baseline.json").exists():
-        assert comparison[0]["matched"] > 0
+        assert comparison[0]["matched"] > 0 and isinstance(comparison[0]["same_machine"], bool)
         compared = [x for x in lines if "compare" in x]
         assert len(compared) == comparison[0]["matched"]
         assert all(c["status"] in ("ok", "REGRESSION") and c["slowdown"] > 0 for c in compared)
@@ -279,3 +279,51 @@ def test_regression_check_scales_peerless_times_by_the_machines_reference_worklo
     plain = {(c["compare"]["quantity"], c["compare"].get("entry")): c for c in bench.compare(now, {"rows": base[2:]}, 0.30)}
     assert plain["compile", "rollout_rk3"]["machine_slowdown"] is None
     assert plain["compile", "rollout_rk3"]["status"] == "REGRESSION"
+
+
+def _run(cpu, cores=2, backend="cpu", value=1.0):
+    return {"machine": {"cpu": cpu, "cores": cores, "backend": backend}, "rows": [_row("compile", "jaxarm", value, "s", entry="x")]}
+
+
+def test_the_baseline_is_the_run_recorded_on_the_same_machine():
+    bench = _load_benchmark()
+    amd, intel = _run("AMD EPYC", value=1.0), _run("Intel Xeon", value=2.0)
+    record = {"runs": [amd, intel]}
+    assert bench.baseline_for(intel["machine"], record) == (intel, True)
+    assert bench.baseline_for(amd["machine"], record) == (amd, True)
+    # the same CPU with other cores, or another backend, is another machine: the file's first run
+    assert bench.baseline_for({"cpu": "Intel Xeon", "cores": 16, "backend": "cpu"}, record) == (amd, False)
+    assert bench.baseline_for({"cpu": "Intel Xeon", "cores": 2, "backend": "gpu"}, record) == (amd, False)
+    # a file holding one run (what --record writes into a new file)
+    assert bench.baseline_for(intel["machine"], amd) == (amd, False)
+    with pytest.raises(ValueError, match=r"runs\[1\]"):
+        bench.baseline_for(amd["machine"], {"runs": [amd, {"machine": {}}]})
+
+
+def test_recording_keeps_the_other_machines_runs_and_replaces_this_ones():
+    bench = _load_benchmark()
+    amd, intel, intel2 = _run("AMD EPYC"), _run("Intel Xeon"), _run("Intel Xeon", value=3.0)
+    assert bench.merged_record(None, intel) == intel  # a new file: the run alone
+    assert bench.merged_record(intel, intel2) == intel2  # the same machine's single run: replaced
+    assert bench.merged_record(amd, intel) == {"runs": [amd, intel]}  # another machine's: both kept
+    assert bench.merged_record({"runs": [amd, intel]}, intel2) == {"runs": [amd, intel2]}  # in its place
+    gpu = _run("Intel Xeon", backend="gpu")
+    assert bench.merged_record({"runs": [intel, amd]}, gpu) == {"runs": [intel, amd, gpu]}
+
+
+def test_a_file_that_is_not_a_record_stops_the_run_before_anything_is_measured(tmp_path):
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"my": "notes"}')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    for flags in (["--record", str(notes)], ["--baseline", str(notes)]):
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", *flags], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode != 0 and "notes.json: expected a benchmark record" in proc.stderr
+        assert '"quantity"' not in proc.stdout  # nothing measured
+    assert notes.read_text() == '{"my": "notes"}'  # and nothing overwritten
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--record", str(broken)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "broken.json: not a readable benchmark record" in proc.stderr
+    assert broken.read_text() == "{"
