@@ -21,8 +21,18 @@ One JSON line per program: compile time, best of ``--repeats`` runs, the ratio t
 the largest relative difference of the gradient from ``before``'s. A batch of one reads the
 parameters as before (there is nothing to sum over).
 
+``--loss torque``: identification's other loss, the squared error of inverse dynamics' torques
+against measured ones over a batch of samples (states, accelerations and torques: here the
+arm's own torques at random states plus noise), ``jax.vmap`` over the samples, ``jax.grad``
+with respect to the standard parameters (``--wrt parameters``) or to the whole arm, kinematics,
+gravity and drives included (``--wrt arm``). Programs: ``forward``, ``before`` (the arm's
+parameters read as unbatched scalars: ``jaxarm.dynamics.newton_euler.PER_STATE = False``) and
+``now`` (read per state: the body model's inertial parameters and placements and the base
+acceleration, ``newton_euler._read_per_state``). ``--wrt arm`` applies to the rollout loss too.
+
     python experiments/arm_gradient_batches.py
     python experiments/arm_gradient_batches.py --arms panda --batches 16,256 --steps 200
+    python experiments/arm_gradient_batches.py --loss torque --wrt arm --arms puma560,panda --batches 1000
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
-from jaxarm.dynamics import drives, forward, newton_euler  # noqa: E402
+from jaxarm.dynamics import drives, newton_euler  # noqa: E402
 from jaxarm.identify.linear_model import arm_with_parameters, standard_parameters  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -54,38 +64,63 @@ PROGRAMS = (("forward", False, True, True, True), ("forward_before", False, Fals
             ("friction_cotangent_apart", True, True, True, False), ("now", True, True, True, True))
 
 
-def measure(name, batch, steps, repeats):
-    arm = bench.benchmark_arm(name)
-    q0, qd0, tau = (jnp.asarray(x) for x in bench.rollout_inputs(arm, np.random.default_rng(0), batch, steps))
-    p0 = standard_parameters(arm)
+# the torque loss: (label, differentiated, per-state reads), the other two switches as they are now
+TORQUE_PROGRAMS = (("forward", False, True), ("before", True, False), ("now", True, True))
 
-    def loss(p):
-        a = arm_with_parameters(arm, p)
-        q = jax.vmap(lambda x, v, u: jaxarm.rollout(a, x, v, u, 1e-3, on_divergence="flag").q)(q0, qd0, tau)
-        return jnp.sum(q ** 2)
+
+def measure(name, batch, steps, repeats, loss_kind="rollout", wrt="parameters"):
+    arm = bench.benchmark_arm(name)
+    rng = np.random.default_rng(0)
+    # the variable: the standard parameters (kinematics known) or the whole arm
+    x0 = standard_parameters(arm) if wrt == "parameters" else arm
+    arm_of = (lambda p: arm_with_parameters(arm, p)) if wrt == "parameters" else (lambda a: a)
+    if loss_kind == "rollout":
+        q0, qd0, tau = (jnp.asarray(x) for x in bench.rollout_inputs(arm, rng, batch, steps))
+
+        def loss(p):
+            a = arm_of(p)
+            q = jax.vmap(lambda x, v, u: jaxarm.rollout(a, x, v, u, 1e-3, on_divergence="flag").q)(q0, qd0, tau)
+            return jnp.sum(q ** 2)
+
+        table = PROGRAMS
+    else:
+        q, qd, qdd = (jnp.asarray(rng.uniform(-1.0, 1.0, (batch, arm.n))) for _ in range(3))
+        measured = jax.jit(jax.vmap(lambda a, b, c: jaxarm.inverse_dynamics(arm, a, b, c)))(q, qd, qdd)
+        measured = measured + jnp.asarray(rng.normal(0.0, 0.1, measured.shape))
+
+        def loss(p):
+            a = arm_of(p)
+            return jnp.sum((jax.vmap(lambda x, v, w: jaxarm.inverse_dynamics(a, x, v, w))(q, qd, qdd) - measured) ** 2)
+
+        table = tuple((label, differentiated, per_state, True, True) for label, differentiated, per_state in TORQUE_PROGRAMS)
+
+    def flat(g):
+        return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree_util.tree_leaves(g)])
 
     programs = {}
-    for label, differentiated, per_state, apart, by_field in PROGRAMS:
-        forward._PER_STATE, newton_euler._FRICTION_COTANGENT_APART, drives._MODELS_BY_FIELD = per_state, apart, by_field
+    for label, differentiated, per_state, apart, by_field in table:
+        newton_euler.PER_STATE, newton_euler._FRICTION_COTANGENT_APART, drives._MODELS_BY_FIELD = per_state, apart, by_field
         # a new function for each program: jax caches a trace by function, not by these switches
         fn = jax.grad(loss) if differentiated else (lambda p: loss(p))
         try:
             start = time.perf_counter()
-            compiled = jax.jit(fn, compiler_options=jaxarm.compiler_options()).lower(p0).compile()
+            compiled = jax.jit(fn, compiler_options=jaxarm.compiler_options()).lower(x0).compile()
             first = time.perf_counter() - start
+            lines = compiled.as_text().count("\n")
         finally:
-            forward._PER_STATE = newton_euler._FRICTION_COTANGENT_APART = drives._MODELS_BY_FIELD = True
-        programs[label] = dict(compiled=compiled, compile_s=first, best_s=float("inf"))
-    values = {k: np.asarray(v["compiled"](p0)) for k, v in programs.items()}
+            newton_euler.PER_STATE = newton_euler._FRICTION_COTANGENT_APART = drives._MODELS_BY_FIELD = True
+        programs[label] = dict(compiled=compiled, compile_s=first, best_s=float("inf"), lines=lines)
+    values = {k: flat(v["compiled"](x0)) for k, v in programs.items()}
     for _ in range(repeats):
         for v in programs.values():
             start = time.perf_counter()
-            jax.block_until_ready(v["compiled"](p0))
+            jax.block_until_ready(v["compiled"](x0))
             v["best_s"] = min(v["best_s"], time.perf_counter() - start)
     base, before = programs["forward"]["best_s"], values["before"]
     for label, v in programs.items():
-        row = dict(arm=name, batch=batch, steps=steps, program=label, compile_s=round(v["compile_s"], 2),
-                   ms=round(v["best_s"] * 1e3, 2), ratio_to_forward=round(v["best_s"] / base, 2))
+        row = dict(arm=name, loss=loss_kind, wrt=wrt, batch=batch, steps=steps if loss_kind == "rollout" else None,
+                   program=label, compile_s=round(v["compile_s"], 2), optimized_hlo_lines=v["lines"],
+                   ms=round(v["best_s"] * 1e3, 3), ratio_to_forward=round(v["best_s"] / base, 2))
         if values[label].shape == before.shape:
             row["gradient_rel_difference"] = float(np.max(np.abs(values[label] - before)) / np.max(np.abs(before)))
         print(json.dumps(row), flush=True)
@@ -97,11 +132,14 @@ def main(argv=None):
     ap.add_argument("--batches", default="16,256")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--loss", choices=("rollout", "torque"), default="rollout")
+    ap.add_argument("--wrt", choices=("parameters", "arm"), default="parameters",
+                    help="differentiate with respect to the standard parameters (kinematics known) or the whole arm")
     args = ap.parse_args(argv)
     print(json.dumps(dict(machine=bench.machine())), flush=True)
     for name in args.arms.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
-            measure(name, batch, args.steps, args.repeats)
+            measure(name, batch, args.steps, args.repeats, args.loss, args.wrt)
 
 
 if __name__ == "__main__":

@@ -526,11 +526,11 @@ def test_a_shared_arm_differentiated_over_a_batch_reads_its_inertias_per_state(m
     (algebra.per_state_entries). The gradient is the sum of the experiments' own gradients (each
     without vmap, so read as before), links and drives alike, and the inertia's gradient stays
     symmetric. A vmap of grad, a batch of one, a stacked arm and forward mode read them as before."""
-    from jaxarm.dynamics import forward
+    from jaxarm.dynamics import newton_euler
 
     calls = []
-    real = forward.per_state_entries
-    monkeypatch.setattr(forward, "per_state_entries", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = newton_euler.per_state_entries
+    monkeypatch.setattr(newton_euler, "per_state_entries", lambda *a, **k: calls.append(1) or real(*a, **k))
     arm = with_drives(sim_arm(4), viscous_friction=0.05, rotor_inertia=1e-4)
     # the inertial and drive parameters traced, the kinematics known (as identification has them)
     params = jax.tree_util.tree_map(jnp.asarray, (arm.links, arm.drives))

@@ -88,6 +88,29 @@ def vmapped_size(tree) -> int:
     return size
 
 
+def shared_reversed(shared, batched) -> bool:
+    """Whether reverse mode differentiates ``shared`` (a pytree: an arm) across a batch (of more
+    than one) that the leaves of ``batched`` (states, inputs) belong to and ``shared`` does not:
+    a ``jax.grad`` taken around a ``jax.vmap`` that leaves ``shared`` out (identification from
+    many samples or experiments). Its cotangent is then a sum over the batch. Not for a
+    ``jax.vmap`` of ``jax.grad`` (one gradient per member: nothing is summed), a batch of one, or
+    forward mode. False where this jax cannot tell."""
+    batches = [t for x in jax.tree_util.tree_leaves(batched) for t in wrapped(x)
+               if isinstance(t, BatchTracer) and batch_size(t) > 1]
+    if not batches:
+        return False
+    for leaf in jax.tree_util.tree_leaves(shared):
+        if not (isinstance(leaf, jax.core.Tracer) and jnp.issubdtype(leaf.dtype, jnp.inexact)):
+            continue  # only a traced floating-point array can carry a tangent
+        chain = list(wrapped(leaf))
+        for b in batches:
+            if any(same_transformation(t, b) for t in chain):
+                continue  # batched by this vmap as well
+            if any(isinstance(t, REVERSE_TRACERS) and encloses(t, b) for t in chain):
+                return True
+    return False
+
+
 def forward_basis(tree) -> bool:
     """Whether some leaf of ``tree`` is differentiated in forward mode along a batch of
     directions: ``jax.jacfwd`` (or ``jax.hessian``) with respect to it, which runs a jvp whose

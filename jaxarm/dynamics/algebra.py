@@ -454,6 +454,8 @@ def _vec(a):
 
 
 def _mat(A):
+    if isinstance(A, Entries):
+        return tuple(tuple(row) for row in A.cells)
     if _concrete(A):
         return tuple(tuple(row) for row in _knowns(A))
     return tuple((A[i, 0], A[i, 1], A[i, 2]) for i in range(3))

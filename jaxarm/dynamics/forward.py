@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jax.ad_checkpoint import checkpoint_name
 from jax.custom_derivatives import SymbolicZero
@@ -13,20 +12,15 @@ from ..core import tracers
 from ..model import checks
 from ..model.arm import Arm
 from . import drives, linalg
-from .algebra import _dot_identity, _vec, cotangent_once, entries, per_state_entries, vector
+from .algebra import _dot_identity, _vec, cotangent_once, entries, vector
 from .composite_body import composite_mass_matrix
 from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
-from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, rnea
+from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, _summed_over_states, rnea
 
 
 # the name of forward dynamics' accelerations in a program being differentiated (jax.ad_checkpoint)
 ACCELERATION = "jaxarm_forward_dynamics_qdd"
-
-# per_state=True reads a traced arm's inertial parameters per state (False: as unbatched scalars,
-# for before/after measurements)
-_PER_STATE = True
-
 
 @compiled_when_eager
 def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
@@ -37,7 +31,7 @@ def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
     """
     q, qd, tau = checks.joint_state(arm, "forward_dynamics", q=q, qd=qd, tau=tau)
     f_ext = checks.wrench(f_ext, "f_ext", "forward_dynamics")
-    return _forward_dynamics(arm, q, qd, tau, f_ext)
+    return _forward_dynamics(arm, q, qd, tau, f_ext, per_state=_summed_over_states(arm, (q, qd, tau, f_ext)))
 
 
 def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
@@ -91,10 +85,8 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
             for i, x in zip(moving, chosen):
                 args[i] = x
             arm_ = rebuild(args[:k])
-            bodies = None
-            if per_state and _PER_STATE and any(i < k for i in moving):
-                bodies = _inertials_per_state(_bodies(arm_), args[k])
-            return _inverse_dynamics(arm_, args[k], args[k + 1], qdd_at, args[k + 2] if has_ext else None, bodies=bodies)
+            return _inverse_dynamics(arm_, args[k], args[k + 1], qdd_at, args[k + 2] if has_ext else None,
+                                     per_state=per_state and any(i < k for i in moving))
 
         rhs = jnp.zeros_like(qdd) if isinstance(dtau, SymbolicZero) else dtau.astype(qdd.dtype)
         if moving:
@@ -114,31 +106,6 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
 
     dummy = jnp.zeros((), jnp.result_type(q)) if not has_ext else f_ext
     return fd(split.traced, q, qd, tau, dummy)
-
-
-def _inertials_per_state(bodies, witness):
-    """The body model with its traced inertial parameters read per state of the batch that
-    ``witness`` belongs to (:func:`jaxarm.dynamics.algebra.per_state_entries`): one vector per body
-    (mass, first moment, the upper triangle of the inertia about the origin), the inertia's lower
-    triangle being its upper. Per body rather than one vector for all: a split's cotangent costs
-    k^2 selects for k entries (a Puma 560's rollout gradient at batch 256 took 0.50 s with ten
-    entries per body, 0.93 s with all 78 in one vector, 0.87 s read unbatched)."""
-    fields = [f for f in ("mass", "first_moment", "inertia_origin") if isinstance(getattr(bodies, f), jax.core.Tracer)]
-    if not fields:
-        return bodies
-    # the inertia's symmetric part (the recursions read it): its gradient stays symmetric
-    arrays = [getattr(bodies, f) for f in fields]
-    arrays = [0.5 * (x + jnp.swapaxes(x, -1, -2)) if f == "inertia_origin" else x for f, x in zip(fields, arrays)]
-    n = arrays[0].shape[0]
-    groups = [[(a, (i,) + index) for a, x in enumerate(arrays) for index in np.ndindex(*x.shape[1:])
-               if len(index) < 2 or index[0] <= index[1]] for i in range(n)]
-    read = per_state_entries(arrays, witness, groups)
-    for x in read:
-        if x.cells.ndim == 3:  # an inertia: the lower triangle is the upper's
-            for i, r, c in np.ndindex(*x.cells.shape):
-                if r > c:
-                    x.cells[i, r, c] = x.cells[i, c, r]
-    return bodies._replace(**dict(zip(fields, read)))
 
 
 def _forward_dynamics_factored(arm, q, qd, tau, f_ext=None):

@@ -12,15 +12,17 @@ component algebra of :mod:`jaxarm.dynamics.algebra` (every vector component a sc
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..core import spatial
+from ..core import spatial, tracers
 from ..model import checks
 from ..model.arm import Arm, Bodies
 from . import algebra, drives
 from .algebra import (
     ZERO,
+    per_state_entries,
     _sym,
     _vec,
     add,
@@ -138,17 +140,80 @@ def _dtype_of(x):
     return x.dtype if isinstance(x, algebra.Entries) else x
 
 
-def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None):
+def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None, per_state=None):
     """Recursive Newton-Euler on arrays: :func:`rnea` at joint values q; qdd None means zero
-    acceleration. Returns (tau (n,), wrenches (n, 6))."""
+    acceleration. Returns (tau (n,), wrenches (n, 6)). ``per_state``: read the arm's traced
+    parameters per state (:func:`_read_per_state`); None: where reverse mode sums the gradient
+    of an arm shared by a batch of states (:func:`_summed_over_states`)."""
+    if per_state is None:
+        per_state = _summed_over_states(arm, (q, qd, qdd, f_ext))
+    if per_state and PER_STATE:
+        bodies, a0 = _read_per_state(bodies, a0, q)
     frames = joint_frames(bodies, arm.is_revolute, q)
-    dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, a0)
+    dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, _dtype_of(a0))
     taus, forces, moments = rnea(bodies, arm.is_revolute, frames, qd, qdd, _vec(a0), _kernel_tip(bodies, f_ext))
     wrenches = matrix([tuple(f) + tuple(m) for f, m in zip(forces, moments)], dtype)
     # a known arm's torques are read back by one split in reverse mode (their cotangent, from
     # forward dynamics' derivative rule, is an array of selects); a traced arm's by the select
     # chain's own transpose (algebra.vector, cotangent_by_split)
     return vector(taus, dtype, cotangent_by_split=checks.concrete(arm)), wrenches
+
+
+# False: an arm shared by a batch is read as unbatched scalars in reverse mode too (for
+# before/after measurements: experiments/arm_gradient_batches.py)
+PER_STATE = True
+
+
+def _summed_over_states(arm, states) -> bool:
+    """Whether reverse mode differentiates ``arm`` across a batch of the ``states`` that leaves it
+    out (:func:`jaxarm.core.tracers.shared_reversed`): ``jax.grad`` of a loss over many samples
+    or experiments with respect to one arm, identification's gradient. Its cotangent is then a
+    sum over the batch."""
+    return PER_STATE and tracers.shared_reversed(arm, states)
+
+
+def _read_per_state(bodies: Bodies, a0, witness):
+    """The body model and the base acceleration (gravity) with their traced entries read per
+    state of the batch ``witness`` belongs to (:func:`jaxarm.dynamics.algebra.per_state_entries`):
+    per body, one vector of its inertial parameters (mass, first moment, the upper triangle of the
+    inertia about the origin; the lower triangle read as the upper) and one of its placement
+    (rotation and translation in the parent body), and one vector for the base acceleration.
+
+    For a gradient summed over a batch. Read as unbatched scalars, each parameter's cotangent is
+    summed over the batch by a reduction of its own, and XLA:CPU fuses into each reduction the
+    deep expression it sums (Newton-Euler's reverse sweep), evaluated again for every parameter:
+    a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm (its
+    kinematics too), compiled to 231k lines of optimized HLO in 22 s and ran in 4.2 ms; read per
+    state, 34k lines, 4.7 s and 1.5 ms (``python experiments/arm_gradient_batches.py --loss
+    torque``). Per body and per kind rather than one vector for all: a split's cotangent costs
+    k^2 selects for k entries (a Puma 560's rollout gradient at batch 256 took 0.50 s with ten
+    entries per body, 0.93 s with all 78 inertial entries in one vector, 0.87 s read
+    unbatched)."""
+    kinds = (("mass", "first_moment", "inertia_origin"), ("rotation", "translation"))
+    fields = [f for kind in kinds for f in kind if isinstance(getattr(bodies, f), jax.core.Tracer)]
+    traced_a0 = isinstance(a0, jax.core.Tracer)
+    if not fields and not traced_a0:
+        return bodies, a0
+    # the inertia's symmetric part (the recursions read it): its gradient stays symmetric
+    arrays = [getattr(bodies, f) for f in fields]
+    arrays = [0.5 * (x + jnp.swapaxes(x, -1, -2)) if f == "inertia_origin" else x for f, x in zip(fields, arrays)]
+    groups = []
+    for i in range(len(bodies.mass)):
+        for kind in kinds:
+            group = [(a, (i,) + index) for a, (f, x) in enumerate(zip(fields, arrays)) if f in kind
+                     for index in np.ndindex(*x.shape[1:]) if f != "inertia_origin" or index[0] <= index[1]]
+            if group:
+                groups.append(group)
+    if traced_a0:
+        arrays.append(a0)
+        groups.append([(len(fields), (k,)) for k in range(3)])
+    read = per_state_entries(arrays, witness, groups)
+    for f, x in zip(fields, read):
+        if f == "inertia_origin":  # the lower triangle is the upper's
+            for i, r, c in np.ndindex(*x.cells.shape):
+                if r > c:
+                    x.cells[i, r, c] = x.cells[i, c, r]
+    return bodies._replace(**dict(zip(fields, read))), (read[-1] if traced_a0 else a0)
 
 
 def _kernel_tip(bodies, f_ext):
@@ -174,12 +239,11 @@ def inverse_dynamics(arm: Arm, q, qd, qdd, f_ext=None):
     return _inverse_dynamics(arm, q, qd, qdd, f_ext)
 
 
-def _inverse_dynamics(arm, q, qd, qdd, f_ext=None, bodies=None):
-    """Inverse dynamics in components; ``bodies``: the arm's body model if already at hand (its
-    inertial parameters possibly as :class:`jaxarm.dynamics.algebra.Entries`)."""
-    bodies = _bodies(arm) if bodies is None else bodies
-    dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, qdd)
-    tau, _ = _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext)
+def _inverse_dynamics(arm, q, qd, qdd, f_ext=None, per_state=None):
+    """Inverse dynamics in components; ``per_state``: as :func:`_rnea` takes it."""
+    bodies = _bodies(arm)
+    dtype = jnp.result_type(bodies.mass, q, qd, qdd)
+    tau, _ = _rnea(arm, bodies, q, qd, qdd, _base_acceleration(arm, dtype), f_ext, per_state)
     if _FRICTION_COTANGENT_APART and not checks.concrete(arm.drives):
         # a traced drive model's friction reads qd through cotangent_once: in reverse mode its
         # share of qd's cotangent is computed into an array of its own. Otherwise XLA:CPU fused it

@@ -239,21 +239,12 @@ def _differentiated(values, functions=()) -> frozenset:
 def _shared_arm_reversed(arm, states) -> bool:
     """Whether reverse mode differentiates an arm shared by a batch (of more than one) of rollouts:
     a ``jax.grad`` taken around a ``jax.vmap`` over start states or inputs that leaves the arm out
-    (identification from several experiments). Its cotangent is then a sum over the batch, and
-    forward dynamics reads its inertial parameters per state
-    (:func:`jaxarm.dynamics.algebra.per_state_entries`). Not for a ``jax.vmap`` of ``jax.grad``
+    (identification from several experiments; :func:`jaxarm.core.tracers.shared_reversed`). Its
+    cotangent is then a sum over the batch, and forward dynamics reads its parameters per state
+    (``jaxarm.dynamics.newton_euler._read_per_state``). Not for a ``jax.vmap`` of ``jax.grad``
     (one gradient per member: nothing is summed), a batch of one, forward mode, or
     ``adjoint=True``."""
-    batches = [t for x in jax.tree_util.tree_leaves(states) for t in tracers.wrapped(x)
-               if isinstance(t, tracers.BatchTracer) and tracers.batch_size(t) > 1]
-    for leaf in _tangent_sources(arm):
-        chain = list(tracers.wrapped(leaf))
-        for b in batches:
-            if any(tracers.same_transformation(t, b) for t in chain):
-                continue  # the arm is batched by this vmap as well
-            if any(isinstance(t, tracers.REVERSE_TRACERS) and tracers.encloses(t, b) for t in chain):
-                return True
-    return False
+    return tracers.shared_reversed(arm, states)
 
 
 # the kinds of differentiation a kept rollout's program is traced for (see _kept_rollout): inside
