@@ -559,9 +559,9 @@ def test_a_whole_arm_shared_by_a_batch_is_read_per_state_in_reverse_mode(monkeyp
     every leaf traced (kinematics, base, tool, gravity, drives, payload: identification and
     calibration by gradient) reads the body model's inertial parameters and placements and the
     base acceleration per state (newton_euler._read_per_state), for inverse dynamics, the bias
-    forces and forward dynamics alike. The gradient is the sum of the samples' own gradients (each
-    without vmap, read as before) and the one read as unbatched scalars; the program is a fraction
-    of that one's size. A vmap of grad reads nothing per state."""
+    forces, forward dynamics and the mass matrix alike. The gradient is the sum of the samples'
+    own gradients (each without vmap, read as before) and the one read as unbatched scalars; the
+    program is a fraction of that one's size. A vmap of grad reads nothing per state."""
     from jaxarm.dynamics import newton_euler
 
     calls = []
@@ -575,7 +575,8 @@ def test_a_whole_arm_shared_by_a_batch_is_read_per_state_in_reverse_mode(monkeyp
     w = jnp.asarray(rng.uniform(0.5, 1.5, (B, arm.n)))
     functions = {"inverse_dynamics": lambda a, q, qd, x: jaxarm.inverse_dynamics(a, q, qd, x),
                  "bias_forces": lambda a, q, qd, x: jaxarm.bias_forces(a, q, qd) + x,
-                 "forward_dynamics": lambda a, q, qd, x: jaxarm.forward_dynamics(a, q, qd, 5.0 * x)}
+                 "forward_dynamics": lambda a, q, qd, x: jaxarm.forward_dynamics(a, q, qd, 5.0 * x),
+                 "mass_matrix": lambda a, q, qd, x: jaxarm.mass_matrix(a, q) @ x}
     if joints != "RRR":  # (the other functions take the same per-state reads: one arm suffices for them)
         functions = {"inverse_dynamics": functions["inverse_dynamics"]}
     for name, f in functions.items():

@@ -191,7 +191,7 @@ def _read_per_state(bodies: Bodies, a0, witness):
     unbatched)."""
     kinds = (("mass", "first_moment", "inertia_origin"), ("rotation", "translation"))
     fields = [f for kind in kinds for f in kind if isinstance(getattr(bodies, f), jax.core.Tracer)]
-    traced_a0 = isinstance(a0, jax.core.Tracer)
+    traced_a0 = isinstance(a0, jax.core.Tracer)  # (None: no base acceleration to read)
     if not fields and not traced_a0:
         return bodies, a0
     # the inertia's symmetric part (the recursions read it): its gradient stays symmetric
