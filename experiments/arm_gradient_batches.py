@@ -26,7 +26,7 @@ against measured ones over a batch of samples (states, accelerations and torques
 arm's own torques at random states plus noise), ``jax.vmap`` over the samples, ``jax.grad``
 with respect to the standard parameters (``--wrt parameters``) or to the whole arm, kinematics,
 gravity and drives included (``--wrt arm``). Programs: ``forward``, ``before`` (the arm's
-parameters read as unbatched scalars: ``jaxarm.dynamics.newton_euler.PER_STATE = False``) and
+parameters read as unbatched scalars: ``jaxarm.dynamics.newton_euler._PER_STATE = False``) and
 ``now`` (read per state: the body model's inertial parameters and placements and the base
 acceleration, ``newton_euler._read_per_state``). ``--wrt arm`` applies to the rollout loss too.
 
@@ -99,7 +99,7 @@ def measure(name, batch, steps, repeats, loss_kind="rollout", wrt="parameters"):
 
     programs = {}
     for label, differentiated, per_state, apart, by_field in table:
-        newton_euler.PER_STATE, newton_euler._FRICTION_COTANGENT_APART, drives._MODELS_BY_FIELD = per_state, apart, by_field
+        newton_euler._PER_STATE, newton_euler._FRICTION_COTANGENT_APART, drives._MODELS_BY_FIELD = per_state, apart, by_field
         # a new function for each program: jax caches a trace by function, not by these switches
         fn = jax.grad(loss) if differentiated else (lambda p: loss(p))
         try:
@@ -108,7 +108,7 @@ def measure(name, batch, steps, repeats, loss_kind="rollout", wrt="parameters"):
             first = time.perf_counter() - start
             lines = compiled.as_text().count("\n")
         finally:
-            newton_euler.PER_STATE = newton_euler._FRICTION_COTANGENT_APART = drives._MODELS_BY_FIELD = True
+            newton_euler._PER_STATE = newton_euler._FRICTION_COTANGENT_APART = drives._MODELS_BY_FIELD = True
         programs[label] = dict(compiled=compiled, compile_s=first, best_s=float("inf"), lines=lines)
     values = {k: flat(v["compiled"](x0)) for k, v in programs.items()}
     for _ in range(repeats):

@@ -596,9 +596,9 @@ def test_a_whole_arm_shared_by_a_batch_is_read_per_state_in_reverse_mode(monkeyp
         parts = [one_grad(traced, q[i], qd[i], x[i], w[i]) for i in range(B)]
         jax.make_jaxpr(jax.vmap(jax.grad(one), in_axes=(None, 0, 0, 0, 0)))(traced, q, qd, x, w)
         assert not calls, f"{name}: read per state where nothing is summed over a batch"
-        monkeypatch.setattr(newton_euler, "PER_STATE", False)
+        monkeypatch.setattr(newton_euler, "_PER_STATE", False)
         scalars = jax.jit(jax.grad(lambda a: batch_loss(a))).lower(traced)
-        monkeypatch.setattr(newton_euler, "PER_STATE", True)
+        monkeypatch.setattr(newton_euler, "_PER_STATE", True)
         assert not calls
         compiled_scalars = scalars.compile()
         g_scalars = compiled_scalars(traced)

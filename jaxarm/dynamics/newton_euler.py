@@ -22,7 +22,6 @@ from ..model.arm import Arm, Bodies
 from . import algebra, drives
 from .algebra import (
     ZERO,
-    per_state_entries,
     _sym,
     _vec,
     add,
@@ -30,6 +29,7 @@ from .algebra import (
     matrix,
     mtv,
     mv,
+    per_state_entries,
     scalar,
     scale,
     sym_mv,
@@ -147,7 +147,7 @@ def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None, per_state=None):
     of an arm shared by a batch of states (:func:`_summed_over_states`)."""
     if per_state is None:
         per_state = _summed_over_states(arm, (q, qd, qdd, f_ext))
-    if per_state and PER_STATE:
+    if per_state and _PER_STATE:
         bodies, a0 = _read_per_state(bodies, a0, q)
     frames = joint_frames(bodies, arm.is_revolute, q)
     dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, _dtype_of(a0))
@@ -161,7 +161,7 @@ def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None, per_state=None):
 
 # False: an arm shared by a batch is read as unbatched scalars in reverse mode too (for
 # before/after measurements: experiments/arm_gradient_batches.py)
-PER_STATE = True
+_PER_STATE = True
 
 
 def _summed_over_states(arm, states) -> bool:
@@ -169,7 +169,7 @@ def _summed_over_states(arm, states) -> bool:
     out (:func:`jaxarm.core.tracers.shared_reversed`): ``jax.grad`` of a loss over many samples
     or experiments with respect to one arm, identification's gradient. Its cotangent is then a
     sum over the batch."""
-    return PER_STATE and tracers.shared_reversed(arm, states)
+    return _PER_STATE and tracers.shared_reversed(arm, states)
 
 
 def _read_per_state(bodies: Bodies, a0, witness):
@@ -183,9 +183,9 @@ def _read_per_state(bodies: Bodies, a0, witness):
     summed over the batch by a reduction of its own, and XLA:CPU fuses into each reduction the
     deep expression it sums (Newton-Euler's reverse sweep), evaluated again for every parameter:
     a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm (its
-    kinematics too), compiled to 231k lines of optimized HLO in 22 s and ran in 4.2 ms; read per
-    state, 34k lines, 4.7 s and 1.5 ms (``python experiments/arm_gradient_batches.py --loss
-    torque``). Per body and per kind rather than one vector for all: a split's cotangent costs
+    kinematics too), compiled to 225k lines of optimized HLO in 25 s and ran in 4.4 ms; read per
+    state, 26k lines, 4.2 s and 1.4 ms (``python experiments/arm_gradient_batches.py --loss
+    torque --wrt arm``). Per body and per kind rather than one vector for all: a split's cotangent costs
     k^2 selects for k entries (a Puma 560's rollout gradient at batch 256 took 0.50 s with ten
     entries per body, 0.93 s with all 78 inertial entries in one vector, 0.87 s read
     unbatched)."""
