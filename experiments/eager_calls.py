@@ -9,8 +9,15 @@ function as written, run one operation at a time, as before). Pinocchio's rnea, 
 example-robot-data's Panda are timed in the same run where installed (a per-call reference).
 One JSON line per function and way.
 
+``--gradients N``: instead, ``jax.grad`` with respect to the arm called eagerly (a fit's gradient
+step in a Python loop) of the squared torques of inverse dynamics at one state, over N states
+(``jax.vmap``, the arm left out), and over N states with only the links traced: the first call,
+then the best of ``--repeats`` calls, the same two ways (``compiled``: the kept program of
+:func:`jaxarm.dynamics.eager._kept_for_traced`).
+
     python experiments/eager_calls.py
     python experiments/eager_calls.py --arm puma560 --repeats 50
+    python experiments/eager_calls.py --gradients 1000 --repeats 3
 """
 
 from __future__ import annotations
@@ -73,6 +80,37 @@ def measure(mode: str, arm_name: str, repeats: int):
                           "third_arm_call_ms": round(third * 1e3, 2)}), flush=True)
 
 
+def measure_gradients(mode: str, arm_name: str, repeats: int, samples: int):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    import jaxarm
+
+    arm = jaxarm.load_arm(arm_name)
+    rng = np.random.default_rng(0)
+    q, qd, qdd = (jnp.asarray(rng.uniform(-1, 1, (samples, arm.n))) for _ in range(3))
+    inverse = jaxarm.inverse_dynamics.__wrapped__ if mode == "op_by_op" else jaxarm.inverse_dynamics
+    losses = {
+        "one state, whole arm": (lambda a: jnp.sum(inverse(a, q[0], qd[0], qdd[0]) ** 2), arm),
+        f"{samples} states, whole arm": (lambda a: jnp.sum(jax.vmap(inverse, (None, 0, 0, 0))(a, q, qd, qdd) ** 2), arm),
+        f"{samples} states, links": (lambda links: jnp.sum(jax.vmap(inverse, (None, 0, 0, 0))(arm.replace(links=links), q, qd, qdd) ** 2),
+                                     arm.links),
+    }
+    for name, (loss, x) in losses.items():
+        t0 = time.perf_counter()
+        jax.block_until_ready(jax.grad(loss)(x))
+        first = time.perf_counter() - t0
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(jax.grad(loss)(x))
+            best = min(best, time.perf_counter() - t0)
+        print(json.dumps({"gradient": name, "way": mode, "arm": arm_name, "first_call_s": round(first, 2),
+                          "call_ms": round(best * 1e3, 2)}), flush=True)
+
+
 def pinocchio_reference(repeats: int):
     """Pinocchio's rnea, crba and aba on example-robot-data's Panda URDF (fingers locked), called
     from Python as a user would: the time per call for reference."""
@@ -113,10 +151,16 @@ if __name__ == "__main__":
     parser.add_argument("--arm", default="panda")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--mode", choices=("compiled", "op_by_op"), help="measure one way in this process")
+    parser.add_argument("--gradients", type=int, metavar="N", help="eager gradients with respect to the arm, N states")
     args = parser.parse_args()
-    if args.mode:
+    extra = [] if args.gradients is None else ["--gradients", str(args.gradients)]
+    if args.mode and args.gradients is not None:
+        measure_gradients(args.mode, args.arm, args.repeats, args.gradients)
+    elif args.mode:
         measure(args.mode, args.arm, args.repeats)
     else:
         for mode in ("compiled", "op_by_op"):
-            subprocess.run([sys.executable, __file__, "--mode", mode, "--arm", args.arm, "--repeats", str(args.repeats)], check=True)
-        pinocchio_reference(args.repeats)
+            subprocess.run([sys.executable, __file__, "--mode", mode, "--arm", args.arm, "--repeats", str(args.repeats)] + extra,
+                           check=True)
+        if args.gradients is None:
+            pinocchio_reference(args.repeats)

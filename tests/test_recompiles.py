@@ -265,8 +265,10 @@ def test_eager_vmap_and_derivatives_with_respect_to_the_state_compile_once():
     """jax.vmap, jax.jacfwd and jax.grad of a function of one state, called outside any jit with
     a known arm, run the kept program transformed (one compiled program, not one per operation):
     a second call with new values compiles nothing and equals the same transformation jitted.
-    A derivative with respect to the arm runs as written (op by op: XLA compiles the Jacobian
-    with respect to every parameter far more slowly than it runs)."""
+    A gradient with respect to the arm (reverse mode, a loop's gradient step) runs its own kept
+    program, its traced leaves the arguments, summed over a vmap's batch as a jit would sum it;
+    a Jacobian with respect to it (forward mode) runs as written (op by op: XLA compiles the
+    Jacobian with respect to every parameter far more slowly than it runs)."""
     arm = jaxarm.load_arm("rp_arm")
     rng = np.random.default_rng(4)
     batch = lambda: [jnp.asarray(rng.uniform(-1, 1, (64, 2))) for _ in range(3)]  # noqa: E731
@@ -288,13 +290,31 @@ def test_eager_vmap_and_derivatives_with_respect_to_the_state_compile_once():
             np.testing.assert_allclose(e, t, rtol=1e-13, atol=1e-14, err_msg=name)
     from jaxarm.dynamics import eager
 
-    kept = set(eager._PROGRAMS)
     q, qd, qdd = batch()[0][:3]
-    gradient = jax.grad(lambda a: jnp.sum(jaxarm.inverse_dynamics(a, q, qd, qdd)))(arm)
+    kept = set(eager._PROGRAMS)
+    jacobian = jax.jacfwd(lambda a: jaxarm.inverse_dynamics(a, q, qd, qdd))(arm)
     assert set(eager._PROGRAMS) == kept  # run as written: no program kept for it
-    traced = jax.jit(jax.grad(lambda a: jnp.sum(jaxarm.inverse_dynamics(a, q, qd, qdd))))(arm)
-    for e, t in zip(jax.tree_util.tree_leaves(gradient), jax.tree_util.tree_leaves(traced)):
+    traced = jax.jit(jax.jacfwd(lambda a: jaxarm.inverse_dynamics(a, q, qd, qdd)))(arm)
+    for e, t in zip(jax.tree_util.tree_leaves(jacobian), jax.tree_util.tree_leaves(traced)):
         np.testing.assert_allclose(e, t, rtol=1e-12, atol=1e-13)
+    losses = {  # one state; a batch of states (summed: read per state); the links alone traced
+        "one": lambda a, s: jnp.sum(jaxarm.inverse_dynamics(a, s[0][0], s[1][0], s[2][0]) ** 2),
+        "batch": lambda a, s: jnp.sum(jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))(a, *s) ** 2),
+        "links": lambda links, s: jnp.sum(jax.vmap(jaxarm.inverse_dynamics, (None, 0, 0, 0))(arm.replace(links=links), *s) ** 2),
+    }
+    for name, loss in losses.items():
+        x = arm.links if name == "links" else arm
+        jax.grad(loss)(x, batch())
+        newest = next(reversed(eager._PROGRAMS.values()))  # (the store may be full: the newest is its own)
+        assert "_kept_for_traced" in repr(newest), name
+        with count_compiles() as again:
+            values = batch()
+            gradient = jax.grad(loss)(x, values)
+            jax.block_until_ready(gradient)
+        assert len(again) == 0, (name, len(again))
+        traced = jax.jit(jax.grad(loss))(x, values)
+        for e, t in zip(jax.tree_util.tree_leaves(gradient), jax.tree_util.tree_leaves(traced)):
+            np.testing.assert_allclose(e, t, rtol=1e-12, atol=1e-13, err_msg=name)
 
 
 def test_the_regressor_and_torques_of_known_samples_compile_nothing():

@@ -7,6 +7,9 @@ public ``custom_vmap`` and ``custom_jvp`` only)."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -94,7 +97,11 @@ def shared_reversed(shared, batched) -> bool:
     a ``jax.grad`` taken around a ``jax.vmap`` that leaves ``shared`` out (identification from
     many samples or experiments). Its cotangent is then a sum over the batch. Not for a
     ``jax.vmap`` of ``jax.grad`` (one gradient per member: nothing is summed), a batch of one, or
-    forward mode. False where this jax cannot tell."""
+    forward mode. False where this jax cannot tell. Inside :func:`shared_reversed_as` (a program
+    traced for transformations applied around it, which it cannot see), the answer given there."""
+    forced = getattr(_SHARED_REVERSED, "value", None)
+    if forced is not None:
+        return forced
     batches = [t for x in jax.tree_util.tree_leaves(batched) for t in wrapped(x)
                if isinstance(t, BatchTracer) and batch_size(t) > 1]
     if not batches:
@@ -109,6 +116,30 @@ def shared_reversed(shared, batched) -> bool:
             if any(isinstance(t, REVERSE_TRACERS) and encloses(t, b) for t in chain):
                 return True
     return False
+
+
+_SHARED_REVERSED = threading.local()
+
+
+@contextlib.contextmanager
+def shared_reversed_as(value: bool):
+    """While a program is traced for transformations that will be applied around it (a program
+    kept for eager calls, whose jit hides the ``jax.grad`` and ``jax.vmap`` outside it),
+    :func:`shared_reversed` answers ``value``, found outside."""
+    previous = getattr(_SHARED_REVERSED, "value", None)
+    _SHARED_REVERSED.value = bool(value)
+    try:
+        yield
+    finally:
+        _SHARED_REVERSED.value = previous
+
+
+def reversed_eagerly(tree) -> bool:
+    """Whether reverse mode (``jax.grad``, ``jax.vjp``) applied outside any jit differentiates a
+    leaf of ``tree``, and no forward mode along a basis (``jax.jacfwd``, ``jax.hessian``) does."""
+    if forward_basis(tree):
+        return False
+    return any(isinstance(t, REVERSE_TRACERS) for leaf in jax.tree_util.tree_leaves(tree) for t in wrapped(leaf))
 
 
 def forward_basis(tree) -> bool:
