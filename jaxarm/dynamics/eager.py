@@ -21,8 +21,9 @@ gradient with respect to the arm outside a jit (``jax.grad`` or ``jax.vjp``: a f
 Python loop) runs a program kept for it (:func:`_kept_for_traced`): the arm's traced leaves its
 arguments, its known ones constants, and JAX keeps the differentiated program, so every call
 after the first runs compiled (a Panda's torque loss over 1000 samples with respect to the whole
-arm: 0.95 s a call op by op, 12 ms kept; the first call 8.5 s op by op, 5.8 s kept; one state:
-6.9 s and 0.83 s op by op, 11 s and 11 ms kept). A Jacobian with respect to the arm
+arm: 0.95-1.03 s a call op by op, 12-14 ms kept; the first call 6.7-8.5 s op by op, 5.8-6.3 s
+kept; one state: 5.6-6.9 s and 0.83-0.87 s op by op, 11-12 s and 11-12 ms kept;
+``python experiments/eager_calls.py --gradients 1000``). A Jacobian with respect to the arm
 (``jax.jacfwd``, one call) runs as written, op by op: XLA:CPU compiles the Jacobian with respect
 to every parameter as one program more slowly (8 s for the Puma's inverse dynamics, with the
 product of :func:`_fenced`; 55 s without) than op by op runs it (5-9 s). Inside a jit, the
@@ -192,9 +193,9 @@ def _kept_for_traced(fn, settings, arm, summed):
     inside the ``jax.grad``; :func:`jaxarm.core.tracers.shared_reversed`, which the program's jit
     cannot see and is told: :func:`jaxarm.core.tracers.shared_reversed_as`). JAX differentiates
     (and batches) the program and keeps what it made, so every call after the first runs compiled:
-    a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm, 8.5 s
-    the first call and 0.95 s each after op by op; kept, 5.9 s and 12 ms. None where a setting
-    cannot key a program."""
+    a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm, 6.7-8.5 s
+    the first call and 0.95-1.03 s each after op by op; kept, 5.8-6.3 s and 12-14 ms. None where a
+    setting cannot key a program."""
     split = checks.TracedLeaves(arm)
     known = [None if a is None else np.array(a) for a in split.leaves]
     try:

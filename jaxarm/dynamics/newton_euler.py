@@ -185,8 +185,8 @@ def _read_per_state(bodies: Bodies, a0, witness):
     a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm (its
     kinematics too), compiled to 225k lines of optimized HLO in 25 s and ran in 4.4 ms; read per
     state, 26k lines, 4.2 s and 1.4 ms (``python experiments/arm_gradient_batches.py --loss
-    torque --wrt arm``). Per body and per kind rather than one vector for all: a split's cotangent costs
-    k^2 selects for k entries (a Puma 560's rollout gradient at batch 256 took 0.50 s with ten
+    torque --wrt arm``). Per body and per kind rather than one vector for all: a split's cotangent
+    costs k^2 selects for k entries (a Puma 560's rollout gradient at batch 256 took 0.50 s with ten
     entries per body, 0.93 s with all 78 inertial entries in one vector, 0.87 s read
     unbatched)."""
     kinds = (("mass", "first_moment", "inertia_origin"), ("rotation", "translation"))
