@@ -35,6 +35,7 @@ function runs as written, ended by that product under ``jax.jacfwd`` with respec
 from __future__ import annotations
 
 import collections
+import copy
 import functools
 import inspect
 import threading
@@ -94,11 +95,12 @@ def compiled_when_eager(fn=None, *, static=(), states=()):
         vectors = {k: v for k, v in given.items() if k not in static and k != arm_name}
         arm = given.get(arm_name)
         if not checks.concrete(arm):
-            if isinstance(arm, Arm) and tracers.transformed_eagerly((arm, list(vectors.values()))) and tracers.reversed_eagerly(arm):
+            values = list(vectors.values())
+            if isinstance(arm, Arm) and tracers.transformed_eagerly((arm, values)) and tracers.reversed_eagerly(arm):
                 # jax.grad with respect to the arm outside any jit: its kept program, transformed
-                program = _kept_for_traced(fn, settings, arm, tracers.shared_reversed(arm, list(vectors.values())))
+                split = checks.TracedLeaves(arm)
+                program = _kept_for_traced(fn, settings, split, tracers.shared_reversed(arm, values))
                 if program is not None:
-                    split = checks.TracedLeaves(arm)
                     return program(split.traced, vectors)
             out = fn(*args, **kwargs)
             return _fenced(out) if tracers.forward_basis(arm) else out
@@ -185,10 +187,11 @@ def _program(fn, arm, settings):
     return jax.jit(lambda vectors: fn(frozen, **vectors, **dict(settings)))
 
 
-def _kept_for_traced(fn, settings, arm, summed):
+def _kept_for_traced(fn, settings, split, summed):
     """The kept program for a call of ``fn`` with an arm differentiated in reverse mode outside
-    any jit (``jax.grad`` of a loss with respect to the arm, called in a Python loop): its traced
-    leaves the program's arguments, its known leaves constants (by value: they key the program,
+    any jit (``jax.grad`` of a loss with respect to the arm, called in a Python loop), the arm
+    given split (:class:`jaxarm.model.checks.TracedLeaves`): its traced leaves the program's
+    arguments, its known leaves constants (by value: they key the program,
     and fold), ``summed`` whether the gradient is summed over a batch of states (a ``jax.vmap``
     inside the ``jax.grad``; :func:`jaxarm.core.tracers.shared_reversed`, which the program's jit
     cannot see and is told: :func:`jaxarm.core.tracers.shared_reversed_as`). JAX differentiates
@@ -196,7 +199,6 @@ def _kept_for_traced(fn, settings, arm, summed):
     a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm, 6.7-8.5 s
     the first call and 0.95-1.03 s each after op by op; kept, 5.8-6.3 s and 12-14 ms. None where a
     setting cannot key a program."""
-    split = checks.TracedLeaves(arm)
     known = [None if a is None else np.array(a) for a in split.leaves]
     try:
         key = _Key(("traced", fn, settings, split.treedef, tuple(split.index),
@@ -205,14 +207,12 @@ def _kept_for_traced(fn, settings, arm, summed):
         return None
 
     def make():
-        treedef, index = split.treedef, list(split.index)
+        frozen = copy.copy(split)  # the same split, its known leaves the copies the program is kept under
+        frozen.leaves, frozen.traced = known, []  # (and no tracer of this call kept with it)
 
         def run(traced, vectors):
-            leaves = list(known)
-            for i, a in zip(index, traced):
-                leaves[i] = a
             with tracers.shared_reversed_as(summed):
-                return fn(jax.tree_util.tree_unflatten(treedef, leaves), **vectors, **dict(settings))
+                return fn(frozen.join(traced), **vectors, **dict(settings))
 
         return jax.jit(run)
 

@@ -22,6 +22,7 @@ from ..core import tracers, xla
 from ..core.xla import by_value, eager_compiled, jit
 from ..dynamics import algebra, motors
 from ..dynamics.forward import _forward_dynamics
+from ..dynamics.newton_euler import _summed_over_states
 from ..model import checks
 from ..model.arm import Arm
 from . import integrators
@@ -236,17 +237,6 @@ def _differentiated(values, functions=()) -> frozenset:
                      for x in leaves for t in tracers.wrapped(x) if isinstance(t, tracers.AD_TRACERS))
 
 
-def _shared_arm_reversed(arm, states) -> bool:
-    """Whether reverse mode differentiates an arm shared by a batch (of more than one) of rollouts:
-    a ``jax.grad`` taken around a ``jax.vmap`` over start states or inputs that leaves the arm out
-    (identification from several experiments; :func:`jaxarm.core.tracers.shared_reversed`). Its
-    cotangent is then a sum over the batch, and forward dynamics reads its parameters per state
-    (``jaxarm.dynamics.newton_euler._read_per_state``). Not for a ``jax.vmap`` of ``jax.grad``
-    (one gradient per member: nothing is summed), a batch of one, forward mode, or
-    ``adjoint=True``."""
-    return tracers.shared_reversed(arm, states)
-
-
 # the kinds of differentiation a kept rollout's program is traced for (see _kept_rollout): inside
 # its jit the derivative taken outside it cannot be seen
 _KINDS = threading.local()
@@ -447,7 +437,10 @@ def rollout(
     recompute = not adjoint and not getattr(step_fn, "recomputes_dynamics", False)
     n = arm.n
     # (the adjoint differentiates each step on its own, as it was measured)
-    per_state = not adjoint and _shared_arm_reversed(arm, (q0, qd0, inputs, f_ext))
+    # a jax.grad around a jax.vmap of rollouts that leaves the arm out (identification from several
+    # experiments) sums the arm's cotangent over the batch: forward dynamics then reads the arm per
+    # state (newton_euler._read_per_state). adjoint=True differentiates each step on its own
+    per_state = not adjoint and _summed_over_states(arm, (q0, qd0, inputs, f_ext))
     if not isinstance(stops, (bool, np.bool_)):
         raise ValueError(f"rollout: stops: expected True or False, got {stops!r}")
     use_stops = bool(stops)
