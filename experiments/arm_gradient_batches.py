@@ -33,6 +33,13 @@ acceleration, ``newton_euler._read_per_state``). ``--wrt arm`` applies to the ro
     python experiments/arm_gradient_batches.py
     python experiments/arm_gradient_batches.py --arms panda --batches 16,256 --steps 200
     python experiments/arm_gradient_batches.py --loss torque --wrt arm --arms puma560,panda --batches 1000
+    python experiments/arm_gradient_batches.py --single --wrt arm --arms panda --batches 16 [--plain-jit]
+
+``--single``: the gradient of one state's squared error of inverse dynamics, forward dynamics or
+the mass matrix (``--functions``) with respect to the whole arm (``--wrt arm``) or the standard
+parameters, for one state and for each of ``--batches`` states (a ``jax.vmap`` of ``jax.grad``),
+before and after traced kinematics were read in groups (``newton_euler._reads_grouped``),
+compiled with jaxarm's compiler options or (``--plain-jit``) by a plain ``jax.jit``.
 """
 
 from __future__ import annotations
@@ -126,6 +133,68 @@ def measure(name, batch, steps, repeats, loss_kind="rollout", wrt="parameters"):
         print(json.dumps(row), flush=True)
 
 
+FUNCTIONS = {
+    "inverse_dynamics": lambda a, q, qd, x: jaxarm.inverse_dynamics(a, q, qd, x),
+    "forward_dynamics": lambda a, q, qd, x: jaxarm.forward_dynamics(a, q, qd, x),
+    "mass_matrix": lambda a, q, qd, x: jaxarm.mass_matrix(a, q) @ x,
+}
+
+
+def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False):
+    """``--single``: the gradient of one state's squared error of ``function`` (its value against
+    a measured one, the states passed as arguments of the jit), with respect to the whole arm or
+    the standard parameters: for one state (``form="one"``, ``jax.grad``) or for each of
+    ``batch`` states (``form="each"``, ``jax.vmap`` of ``jax.grad``: nothing is summed). Programs
+    ``before`` (traced kinematics read as scalars: ``newton_euler._GROUPED_KINEMATICS = False``) and
+    ``now`` (read in groups, ``newton_euler._reads_grouped``). ``plain``: compiled by a plain
+    ``jax.jit`` (XLA's default options) instead of with ``jaxarm.compiler_options()``."""
+    arm = bench.benchmark_arm(name)
+    rng = np.random.default_rng(0)
+    x0 = standard_parameters(arm) if wrt == "parameters" else arm
+    arm_of = (lambda p: arm_with_parameters(arm, p)) if wrt == "parameters" else (lambda a: a)
+    f = FUNCTIONS[function]
+    m = 1 if form == "one" else batch
+    q, qd, x = (jnp.asarray(rng.uniform(-1.0, 1.0, (m, arm.n))) for _ in range(3))
+    measured = jax.jit(jax.vmap(lambda a, b, c: f(arm, a, b, c)))(q, qd, x)
+    measured = measured + jnp.asarray(rng.normal(0.0, 0.1, measured.shape))
+
+    def loss(p, a, b, c, y):
+        return jnp.sum((f(arm_of(p), a, b, c) - y) ** 2)
+
+    args = (q[0], qd[0], x[0], measured[0]) if form == "one" else (q, qd, x, measured)
+
+    def flat(g):
+        return np.concatenate([np.ravel(np.asarray(v)) for v in jax.tree_util.tree_leaves(g)])
+
+    programs = {}
+    for label, grouped in (("before", False), ("now", True)):
+        newton_euler._GROUPED_KINEMATICS = grouped
+        # a new function for each program: jax caches a trace by function, not by the switch
+        fn = jax.grad(lambda *v: loss(*v)) if form == "one" else jax.vmap(jax.grad(lambda *v: loss(*v)), (None, 0, 0, 0, 0))
+        try:
+            start = time.perf_counter()
+            options = {} if plain else jaxarm.compiler_options()
+            compiled = jax.jit(fn, compiler_options=options).lower(x0, *args).compile()
+            first = time.perf_counter() - start
+        finally:
+            newton_euler._GROUPED_KINEMATICS = True
+        programs[label] = dict(compiled=compiled, compile_s=first, best_s=float("inf"), lines=compiled.as_text().count("\n"))
+    values = {k: flat(v["compiled"](x0, *args)) for k, v in programs.items()}
+    for _ in range(repeats):
+        for v in programs.values():
+            start = time.perf_counter()
+            jax.block_until_ready(v["compiled"](x0, *args))
+            v["best_s"] = min(v["best_s"], time.perf_counter() - start)
+    before = values["before"]
+    for label, v in programs.items():
+        print(json.dumps(dict(arm=name, loss=function, wrt=wrt, form=form, states=m, program=label,
+                              jit="plain jax.jit" if plain else "jaxarm.compiler_options()",
+                              compile_s=round(v["compile_s"], 2), optimized_hlo_lines=v["lines"],
+                              ms=round(v["best_s"] * 1e3, 3),
+                              gradient_rel_difference=float(np.max(np.abs(values[label] - before)) / np.max(np.abs(before))))),
+              flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arms", default="puma560,panda")
@@ -135,8 +204,21 @@ def main(argv=None):
     ap.add_argument("--loss", choices=("rollout", "torque"), default="rollout")
     ap.add_argument("--wrt", choices=("parameters", "arm"), default="parameters",
                     help="differentiate with respect to the standard parameters (kinematics known) or the whole arm")
+    ap.add_argument("--single", action="store_true",
+                    help="the gradient of one state's error (and of each state's, a jax.vmap of jax.grad over "
+                         "--batches states) for --functions, before and after traced kinematics were read in groups")
+    ap.add_argument("--plain-jit", action="store_true", help="with --single: compile by a plain jax.jit (XLA's defaults)")
+    ap.add_argument("--functions", default="inverse_dynamics,forward_dynamics,mass_matrix",
+                    help="with --single: comma-separated " + ", ".join(FUNCTIONS))
     args = ap.parse_args(argv)
     print(json.dumps(dict(machine=bench.machine())), flush=True)
+    if args.single:
+        for name in args.arms.split(","):
+            for function in args.functions.split(","):
+                measure_single(name, function, "one", 1, args.repeats, args.wrt, args.plain_jit)
+                for batch in (int(b) for b in args.batches.split(",")):
+                    measure_single(name, function, "each", batch, args.repeats, args.wrt, args.plain_jit)
+        return
     for name in args.arms.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             measure(name, batch, args.steps, args.repeats, args.loss, args.wrt)

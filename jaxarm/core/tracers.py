@@ -134,6 +134,34 @@ def shared_reversed_as(value: bool):
         _SHARED_REVERSED.value = previous
 
 
+def reverse_differentiated(tree) -> bool:
+    """Whether reverse mode (``jax.grad``, ``jax.vjp``) differentiates a leaf of ``tree`` here, and
+    no forward mode along a basis (``jax.jacfwd``, ``jax.hessian``) does. False where this jax
+    cannot tell. Inside :func:`reverse_differentiated_as` (a program traced for a reverse mode
+    applied around it, which it cannot see), the answer given there."""
+    forced = getattr(_REVERSE_DIFFERENTIATED, "value", None)
+    if forced is not None:
+        return forced
+    if forward_basis(tree):
+        return False
+    return any(isinstance(t, REVERSE_TRACERS) for leaf in jax.tree_util.tree_leaves(tree) for t in wrapped(leaf))
+
+
+_REVERSE_DIFFERENTIATED = threading.local()
+
+
+@contextlib.contextmanager
+def reverse_differentiated_as(value: bool):
+    """While a program is traced for a reverse mode that will be applied around it (a program kept
+    for eager gradients), :func:`reverse_differentiated` answers ``value``."""
+    previous = getattr(_REVERSE_DIFFERENTIATED, "value", None)
+    _REVERSE_DIFFERENTIATED.value = bool(value)
+    try:
+        yield
+    finally:
+        _REVERSE_DIFFERENTIATED.value = previous
+
+
 def reversed_eagerly(tree) -> bool:
     """Whether reverse mode (``jax.grad``, ``jax.vjp``) applied outside any jit differentiates a
     leaf of ``tree``, and no forward mode along a basis (``jax.jacfwd``, ``jax.hessian``) does."""

@@ -25,7 +25,7 @@ from .algebra import (
 )
 from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
-from .newton_euler import _dtype_of, _read_per_state, _rnea, _summed_over_states
+from .newton_euler import _dtype_of, _read_per_state, _reads_grouped, _rnea
 
 
 def composite_mass_matrix(bodies, is_revolute, frames):
@@ -80,7 +80,7 @@ def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
     """M(q) (n, n) of the links (no rotor inertia): :func:`composite_mass_matrix` at joint values q;
     the arm's traced parameters read per state where reverse mode sums the gradient of an arm
     shared by a batch (as Newton-Euler reads them: ``newton_euler._read_per_state``)."""
-    if _summed_over_states(arm, (q,)):
+    if _reads_grouped(arm, (q,)):
         bodies, _ = _read_per_state(bodies, None, q)
     frames = joint_frames(bodies, arm.is_revolute, q)
     dtype = jnp.result_type(_dtype_of(bodies.mass), q)

@@ -16,7 +16,7 @@ from .algebra import _dot_identity, _vec, cotangent_once, entries, vector
 from .composite_body import composite_mass_matrix
 from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
-from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, _summed_over_states, rnea
+from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, _reads_grouped, rnea
 
 
 # the name of forward dynamics' accelerations in a program being differentiated (jax.ad_checkpoint)
@@ -31,7 +31,7 @@ def forward_dynamics(arm: Arm, q, qd, tau, f_ext=None):
     """
     q, qd, tau = checks.joint_state(arm, "forward_dynamics", q=q, qd=qd, tau=tau)
     f_ext = checks.wrench(f_ext, "f_ext", "forward_dynamics")
-    return _forward_dynamics(arm, q, qd, tau, f_ext, per_state=_summed_over_states(arm, (q, qd, tau, f_ext)))
+    return _forward_dynamics(arm, q, qd, tau, f_ext, per_state=_reads_grouped(arm, (q, qd, tau, f_ext)))
 
 
 def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):

@@ -143,10 +143,9 @@ def _dtype_of(x):
 def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None, per_state=None):
     """Recursive Newton-Euler on arrays: :func:`rnea` at joint values q; qdd None means zero
     acceleration. Returns (tau (n,), wrenches (n, 6)). ``per_state``: read the arm's traced
-    parameters per state (:func:`_read_per_state`); None: where reverse mode sums the gradient
-    of an arm shared by a batch of states (:func:`_summed_over_states`)."""
+    parameters in groups (:func:`_read_per_state`); None: where :func:`_reads_grouped` says so."""
     if per_state is None:
-        per_state = _summed_over_states(arm, (q, qd, qdd, f_ext))
+        per_state = _reads_grouped(arm, (q, qd, qdd, f_ext))
     if per_state and _PER_STATE:
         bodies, a0 = _read_per_state(bodies, a0, q)
     frames = joint_frames(bodies, arm.is_revolute, q)
@@ -172,6 +171,33 @@ def _summed_over_states(arm, states) -> bool:
     return _PER_STATE and tracers.shared_reversed(arm, states)
 
 
+def _reads_grouped(arm, states) -> bool:
+    """Whether Newton-Euler and the composite-body algorithm read the arm's traced parameters in
+    groups (:func:`_read_per_state`): where reverse mode sums the gradient of an arm shared by a
+    batch (:func:`_summed_over_states`), and where it differentiates an arm whose kinematics are
+    traced (:data:`_GROUPED_KINEMATICS`), for one state or for each state of a batch.
+
+    With traced kinematics every body's rotation and translation entries feed the whole reverse
+    sweep; read as scalars, XLA:CPU fused that sweep into the cotangent of each entry and computed
+    it again for every one. Under a plain ``jax.jit``, the gradient of a Panda's squared torque
+    error at one state with respect to the whole arm compiled to 41k lines of optimized HLO in
+    12 s and ran in 4.5 ms; read in groups, 27k lines, 6.8 s and 0.40 ms; the same gradient for
+    each of 16 states (``jax.vmap`` of ``jax.grad``) took 1.01 s a call, now 1.19 ms
+    (``python experiments/arm_gradient_batches.py --single --wrt arm --plain-jit``). With the
+    kinematics known (the standard parameters) the inertial scalars alone are cheaper read as
+    they are, and a single rollout keeps them so (:mod:`jaxarm.simulate.rollouts` asks
+    :func:`_summed_over_states`)."""
+    if _summed_over_states(arm, states):
+        return True
+    return (_GROUPED_KINEMATICS and _PER_STATE and not checks.concrete((arm.kinematics, arm.tool))
+            and tracers.reverse_differentiated(arm))
+
+
+# False: an arm with traced kinematics is read in groups only where its gradient is summed over a
+# batch, as before (for before/after measurements: experiments/arm_gradient_batches.py --single)
+_GROUPED_KINEMATICS = True
+
+
 def _read_per_state(bodies: Bodies, a0, witness):
     """The body model and the base acceleration (gravity) with their traced entries read per
     state of the batch ``witness`` belongs to (:func:`jaxarm.dynamics.algebra.per_state_entries`):
@@ -179,7 +205,8 @@ def _read_per_state(bodies: Bodies, a0, witness):
     inertia about the origin; the lower triangle read as the upper) and one of its placement
     (rotation and translation in the parent body), and one vector for the base acceleration.
 
-    For a gradient summed over a batch. Read as unbatched scalars, each parameter's cotangent is
+    For a gradient summed over a batch, and for one with respect to traced kinematics
+    (:func:`_reads_grouped`); a single state is read as a batch of one. Read as unbatched scalars, each parameter's cotangent is
     summed over the batch by a reduction of its own, and XLA:CPU fuses into each reduction the
     deep expression it sums (Newton-Euler's reverse sweep), evaluated again for every parameter:
     a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm (its

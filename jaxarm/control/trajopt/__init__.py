@@ -1,30 +1,34 @@
-"""Trajectory optimization: direct single and multiple shooting through differentiable rollouts,
-and iLQR on the discrete linearization of the integrator step.
+"""Trajectory optimization: any optimal-control problem written as terms or plain JAX functions,
+solved by box-constrained feasibility-driven DDP; and the older point-to-point reach solvers.
 
-A problem (:class:`ReachProblem`) is data -- start state, tool target, time step, cost weights --
-so one solver call can be ``jax.vmap``-ed over many goals or many arms (:func:`jaxarm.stack_arms`).
-All three solvers minimize the same objective over an input schedule u (T, n) (torque, or motor
-voltage with ``input="voltage"``):
+**General problems** (:func:`ocp`, :func:`ddp`; docs/guide/trajopt.md). A problem is the arm, a
+start state, a horizon T and step dt, an integrator, and a sum of cost and constraint terms
+(:mod:`jaxarm.trajopt.terms`: effort, joint and tool targets at the end, along the path or at
+via-point times, keep-out spheres and capsules, speed and joint limits, input rate, and your own
+``residual``/``custom``/``inequality``/``equality`` functions of (arm, x, u, k, params))::
 
-    J = sum_k [ sum_i w_i u_ki^2 + w_path |p(q_k) - p*|^2 ] dt              (effort, path)
-        + s sum_k |u_k - u_{k-1}|^2 / dt                                    (smoothness)
-        + w_p |p(q_T) - p*|^2 + w_R (3 - tr(R*^T R(q_T))) + w_v |qd_T|^2    (tool pose, rest)
+    minimize  sum_k l(x_k, u_k, k) + l_T(x_T)   s.t.  x_{k+1} = F(x_k, u_k),
+              lower <= u_k <= upper (the arm's limits by default),  g <= 0,  h = 0
 
-subject to the arm's limits: |u| <= u_max (``arm.limits.torque`` or ``arm.drives.voltage_limit``),
-q within ``arm.limits.position`` and |qd| <= ``arm.limits.velocity`` at every step (infinite limits
-are inactive). Inequality and defect constraints are handled by the augmented Lagrangian
-(Nocedal & Wright 2006, section 17.4, eqs 17.36 and 17.65, multiplier update 17.39); the input
-limit by either the same augmented Lagrangian or by squashing, u = u_max tanh(z).
+:func:`ddp` handles the input box inside the backward pass (Tassa, Mansard & Todorov 2014),
+the state gaps of an infeasible start as FDDP does (Mastalli et al. 2020), the other constraints
+by an augmented Lagrangian (Nocedal & Wright 2006, eqs 17.39 and 17.65), and the dynamics'
+second-order terms on request (``second_order=True``). The result (:class:`OCPResult`) carries
+the trajectory, cost, violation, gaps, iterations, multipliers, a per-iteration history and
+``reason()`` (why it stopped, what to try). ``params`` (targets, weights, obstacles) can be
+``jax.vmap``-ed and differentiated: ``jax.grad`` through :func:`ddp` uses the implicit function
+theorem at the optimum, with respect to the params and the arm. :func:`mpc_step` and
+:func:`shift` run it as a warm-started receding-horizon controller. Many goals on a CPU:
+:func:`solve_many` (a pool that refills finished problems' slots; a ``jax.vmap`` of :func:`ddp`
+iterates until its slowest member stops, which on two cores made 64 UR5 reaches about ten times
+slower than the pool: `python experiments/trajopt_crocoddyl.py --arms ur5 --batches 64`).
 
-Warm start: :func:`reach_warm_start` gives torques that follow a minimum-jerk joint path
-(:func:`minimum_jerk`) to a damped-least-squares IK solution of the target (:func:`position_ik`).
-
-The decision variable is the dimensionless z (T, n): u = u_max tanh(z) ("squash") or u = u_max z
-("augmented_lagrangian"), with u_max replaced by 1 where a joint has no limit, so all joints are
-equally scaled for the optimizers and the iLQR regularization is in the same units everywhere.
-The solvers simulate an internal copy of the arm with its input limits removed: the solver itself
-keeps u inside them (exactly for squash, to ``tol_violation`` for the augmented Lagrangian), so the
-dynamics never hide a violation behind a clip with zero gradient.
+**Point-to-point reaches** (:func:`reach_problem`, :class:`ReachProblem`): effort, a tool target
+and rest, solved by :func:`shooting`, :func:`multiple_shooting` or :func:`ilqr` with the input
+limit by an augmented Lagrangian or by squashing (u = u_max tanh(z)); :func:`reach_warm_start`
+gives torques along a minimum-jerk joint path (:func:`minimum_jerk`) to a damped-least-squares
+IK solution (:func:`position_ik`). :func:`reach_ocp` states the same reach as a general problem
+for :func:`ddp`.
 """
 from . import terms
 from .objective import trajectory_cost
