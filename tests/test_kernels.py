@@ -553,6 +553,18 @@ def test_large_batched_factorizations_run_in_two_threads_at_once():
     assert proc.returncode == 0 and "returned" in proc.stdout, proc.stderr[-2000:]
 
 
+def _grouped_reads_counted(monkeypatch, joints, convention):
+    """A list that newton_euler's grouped reads (per_state_entries) append to, and a random 7-joint
+    arm with drives, payload, base and tool, as numpy and as jnp arrays (every leaf traced)."""
+    from jaxarm.dynamics import newton_euler
+
+    calls = []
+    real = newton_euler.per_state_entries
+    monkeypatch.setattr(newton_euler, "per_state_entries", lambda *a, **k: calls.append(1) or real(*a, **k))
+    arm = random_arm(7, joints, convention, drives=True, payload=True, base=True, tool=True)
+    return calls, arm, jax.tree_util.tree_map(jnp.asarray, arm)
+
+
 @pytest.mark.parametrize("joints, convention", [("RRR", "placement"), ("PRR", "standard")])
 def test_a_whole_arm_shared_by_a_batch_is_read_per_state_in_reverse_mode(monkeypatch, joints, convention):
     """jax.grad of a loss over a vmapped batch of samples with respect to the one arm they share,
@@ -566,11 +578,7 @@ def test_a_whole_arm_shared_by_a_batch_is_read_per_state_in_reverse_mode(monkeyp
     next test has the groups that traced kinematics get there)."""
     from jaxarm.dynamics import newton_euler
 
-    calls = []
-    real = newton_euler.per_state_entries
-    monkeypatch.setattr(newton_euler, "per_state_entries", lambda *a, **k: calls.append(1) or real(*a, **k))
-    arm = random_arm(7, joints, convention, drives=True, payload=True, base=True, tool=True)
-    traced = jax.tree_util.tree_map(jnp.asarray, arm)
+    calls, arm, traced = _grouped_reads_counted(monkeypatch, joints, convention)
     rng = np.random.default_rng(11)
     B = 4
     q, qd, x = (jnp.asarray(rng.uniform(-1.0, 1.0, (B, arm.n))) for _ in range(3))
@@ -629,11 +637,7 @@ def test_traced_kinematics_are_read_in_groups_by_the_gradient_of_one_state(monke
     forward mode (jax.jacfwd) nothing is read in groups."""
     from jaxarm.dynamics import newton_euler
 
-    calls = []
-    real = newton_euler.per_state_entries
-    monkeypatch.setattr(newton_euler, "per_state_entries", lambda *a, **k: calls.append(1) or real(*a, **k))
-    arm = random_arm(7, joints, convention, drives=True, payload=True, base=True, tool=True)
-    traced = jax.tree_util.tree_map(jnp.asarray, arm)
+    calls, arm, traced = _grouped_reads_counted(monkeypatch, joints, convention)
     rng = np.random.default_rng(5)
     B = 3
     q, qd, x = (jnp.asarray(rng.uniform(-1.0, 1.0, (B, arm.n))) for _ in range(3))

@@ -122,16 +122,22 @@ _SHARED_REVERSED = threading.local()
 
 
 @contextlib.contextmanager
-def shared_reversed_as(value: bool):
-    """While a program is traced for transformations that will be applied around it (a program
-    kept for eager calls, whose jit hides the ``jax.grad`` and ``jax.vmap`` outside it),
-    :func:`shared_reversed` answers ``value``, found outside."""
-    previous = getattr(_SHARED_REVERSED, "value", None)
-    _SHARED_REVERSED.value = bool(value)
+def _answering(answer: threading.local, value: bool):
+    """While inside, ``answer.value`` is ``value`` (the answer a question below gives instead of
+    looking at the tracers); restored after."""
+    previous = getattr(answer, "value", None)
+    answer.value = bool(value)
     try:
         yield
     finally:
-        _SHARED_REVERSED.value = previous
+        answer.value = previous
+
+
+def shared_reversed_as(value: bool):
+    """While a program is traced for transformations that will be applied around it (a program
+    kept for eager calls, whose jit hides the ``jax.grad`` and ``jax.vmap`` outside it),
+    :func:`shared_reversed` answers ``value``, found outside (a context manager)."""
+    return _answering(_SHARED_REVERSED, value)
 
 
 def reverse_differentiated(tree) -> bool:
@@ -142,29 +148,23 @@ def reverse_differentiated(tree) -> bool:
     forced = getattr(_REVERSE_DIFFERENTIATED, "value", None)
     if forced is not None:
         return forced
-    if forward_basis(tree):
-        return False
-    return any(isinstance(t, REVERSE_TRACERS) for leaf in jax.tree_util.tree_leaves(tree) for t in wrapped(leaf))
+    return reversed_eagerly(tree)
 
 
 _REVERSE_DIFFERENTIATED = threading.local()
 
 
-@contextlib.contextmanager
 def reverse_differentiated_as(value: bool):
     """While a program is traced for a reverse mode that will be applied around it (a program kept
-    for eager gradients), :func:`reverse_differentiated` answers ``value``."""
-    previous = getattr(_REVERSE_DIFFERENTIATED, "value", None)
-    _REVERSE_DIFFERENTIATED.value = bool(value)
-    try:
-        yield
-    finally:
-        _REVERSE_DIFFERENTIATED.value = previous
+    for eager gradients), :func:`reverse_differentiated` answers ``value`` (a context manager)."""
+    return _answering(_REVERSE_DIFFERENTIATED, value)
 
 
 def reversed_eagerly(tree) -> bool:
     """Whether reverse mode (``jax.grad``, ``jax.vjp``) applied outside any jit differentiates a
-    leaf of ``tree``, and no forward mode along a basis (``jax.jacfwd``, ``jax.hessian``) does."""
+    leaf of ``tree``, and no forward mode along a basis (``jax.jacfwd``, ``jax.hessian``) does
+    (inside a jit too: the tracers tell, not where they were made; :func:`reverse_differentiated`
+    asks it where a kept program may have been told the answer)."""
     if forward_basis(tree):
         return False
     return any(isinstance(t, REVERSE_TRACERS) for leaf in jax.tree_util.tree_leaves(tree) for t in wrapped(leaf))
