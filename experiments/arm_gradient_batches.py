@@ -33,7 +33,7 @@ acceleration, ``newton_euler._read_per_state``). ``--wrt arm`` applies to the ro
     python experiments/arm_gradient_batches.py
     python experiments/arm_gradient_batches.py --arms panda --batches 16,256 --steps 200
     python experiments/arm_gradient_batches.py --loss torque --wrt arm --arms puma560,panda --batches 1000
-    python experiments/arm_gradient_batches.py --single --wrt arm --arms panda --batches 16 [--plain-jit]
+    python experiments/arm_gradient_batches.py --single --wrt arm --arms panda --batches 16 [--plain-jit] [--closed-over]
 
 ``--single``: the gradient of one state's squared error of inverse dynamics, forward dynamics or
 the mass matrix (``--functions``) with respect to the whole arm (``--wrt arm``) or the standard
@@ -140,14 +140,16 @@ FUNCTIONS = {
 }
 
 
-def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False):
+def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False, closed_over=False):
     """``--single``: the gradient of one state's squared error of ``function`` (its value against
     a measured one, the states passed as arguments of the jit), with respect to the whole arm or
     the standard parameters: for one state (``form="one"``, ``jax.grad``) or for each of
     ``batch`` states (``form="each"``, ``jax.vmap`` of ``jax.grad``: nothing is summed). Programs
     ``before`` (traced kinematics read as scalars: ``newton_euler._GROUPED_KINEMATICS = False``) and
     ``now`` (read in groups, ``newton_euler._reads_grouped``). ``plain``: compiled by a plain
-    ``jax.jit`` (XLA's default options) instead of with ``jaxarm.compiler_options()``."""
+    ``jax.jit`` (XLA's default options) instead of with ``jaxarm.compiler_options()``.
+    ``closed_over``: the states and measurements closed over by the loss (constants of the
+    program) instead of passed as arguments."""
     arm = bench.benchmark_arm(name)
     rng = np.random.default_rng(0)
     x0 = standard_parameters(arm) if wrt == "parameters" else arm
@@ -162,6 +164,12 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False)
         return jnp.sum((f(arm_of(p), a, b, c) - y) ** 2)
 
     args = (q[0], qd[0], x[0], measured[0]) if form == "one" else (q, qd, x, measured)
+    if closed_over:
+        data, args = args, ()
+        inner = loss
+
+        def loss(p):  # noqa: F811 (the same loss, its data constants of the program)
+            return inner(p, *data)
 
     def flat(g):
         return np.concatenate([np.ravel(np.asarray(v)) for v in jax.tree_util.tree_leaves(g)])
@@ -170,7 +178,15 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False)
     for label, grouped in (("before", False), ("now", True)):
         newton_euler._GROUPED_KINEMATICS = grouped
         # a new function for each program: jax caches a trace by function, not by the switch
-        fn = jax.grad(lambda *v: loss(*v)) if form == "one" else jax.vmap(jax.grad(lambda *v: loss(*v)), (None, 0, 0, 0, 0))
+        if closed_over and form == "each":
+            each = jax.vmap(jax.grad(lambda p, *v: inner(p, *v)), (None, 0, 0, 0, 0))
+
+            def fn(p, each=each):
+                return each(p, *data)
+        elif form == "one":
+            fn = jax.grad(lambda *v: loss(*v))
+        else:
+            fn = jax.vmap(jax.grad(lambda *v: loss(*v)), (None, 0, 0, 0, 0))
         try:
             start = time.perf_counter()
             options = {} if plain else jaxarm.compiler_options()
@@ -188,6 +204,7 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False)
     before = values["before"]
     for label, v in programs.items():
         print(json.dumps(dict(arm=name, loss=function, wrt=wrt, form=form, states=m, program=label,
+                              states_given="closed over" if closed_over else "as arguments",
                               jit="plain jax.jit" if plain else "jaxarm.compiler_options()",
                               compile_s=round(v["compile_s"], 2), optimized_hlo_lines=v["lines"],
                               ms=round(v["best_s"] * 1e3, 3),
@@ -208,6 +225,8 @@ def main(argv=None):
                     help="the gradient of one state's error (and of each state's, a jax.vmap of jax.grad over "
                          "--batches states) for --functions, before and after traced kinematics were read in groups")
     ap.add_argument("--plain-jit", action="store_true", help="with --single: compile by a plain jax.jit (XLA's defaults)")
+    ap.add_argument("--closed-over", action="store_true",
+                    help="with --single: the states closed over by the loss (constants of the program), not arguments")
     ap.add_argument("--functions", default="inverse_dynamics,forward_dynamics,mass_matrix",
                     help="with --single: comma-separated " + ", ".join(FUNCTIONS))
     args = ap.parse_args(argv)
@@ -215,9 +234,9 @@ def main(argv=None):
     if args.single:
         for name in args.arms.split(","):
             for function in args.functions.split(","):
-                measure_single(name, function, "one", 1, args.repeats, args.wrt, args.plain_jit)
+                measure_single(name, function, "one", 1, args.repeats, args.wrt, args.plain_jit, args.closed_over)
                 for batch in (int(b) for b in args.batches.split(",")):
-                    measure_single(name, function, "each", batch, args.repeats, args.wrt, args.plain_jit)
+                    measure_single(name, function, "each", batch, args.repeats, args.wrt, args.plain_jit, args.closed_over)
         return
     for name in args.arms.split(","):
         for batch in (int(b) for b in args.batches.split(",")):

@@ -78,8 +78,9 @@ def composite_mass_matrix(bodies, is_revolute, frames):
 
 def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
     """M(q) (n, n) of the links (no rotor inertia): :func:`composite_mass_matrix` at joint values q;
-    the arm's traced parameters read per state where reverse mode sums the gradient of an arm
-    shared by a batch (as Newton-Euler reads them: ``newton_euler._read_per_state``)."""
+    the arm's traced parameters read in groups where Newton-Euler reads them so
+    (``newton_euler._reads_grouped``: a gradient summed over a batch, or one with respect to
+    traced kinematics; ``newton_euler._read_per_state``)."""
     if _reads_grouped(arm, (q,)):
         bodies, _ = _read_per_state(bodies, None, q)
     frames = joint_frames(bodies, arm.is_revolute, q)
