@@ -197,8 +197,8 @@ def _kept_for_traced(fn, settings, split, summed):
     cannot see and is told: :func:`jaxarm.core.tracers.shared_reversed_as`; and that reverse mode
     differentiates the arm, :func:`jaxarm.core.tracers.reverse_differentiated_as`, so that traced
     kinematics are read in groups as under a jit: ``newton_euler._reads_grouped``; a Panda's
-    one-state gradient with respect to the whole arm, first call 11.9 -> 7.4 s,
-    ``experiments/eager_calls.py --gradients 1000``). JAX differentiates
+    one-state gradient with respect to the whole arm, first call 7.4 s (11.9 s in an earlier
+    run), ``experiments/eager_calls.py --gradients 1000``). JAX differentiates
     (and batches) the program and keeps what it made, so every call after the first runs compiled:
     a Panda's torque loss over 1000 samples, differentiated with respect to the whole arm, 6.7-8.5 s
     the first call and 0.95-1.03 s each after op by op; kept, 5.8-6.3 s and 12-14 ms. None where a

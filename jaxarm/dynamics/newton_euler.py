@@ -188,7 +188,7 @@ def _reads_grouped(arm, states) -> bool:
     -> 7.4 s and 0.73 ms; each of 16 states 1.03 s -> 1.6 ms a call, but its compile 15.8 ->
     29.5 s, the witness of the groups being a constant there). With the kinematics known
     (the standard parameters) the inertial scalars alone are cheaper read as they are (one state
-    0.055 ms against 0.080 ms in groups). Rollouts keep their own rule
+    0.055 ms against 0.080 ms with the groups forced, a plain ``jax.jit``). Rollouts keep their own rule
     (:func:`_summed_over_states`, asked by :mod:`jaxarm.simulate.rollouts`): a single 200-step
     Panda rollout's whole-arm gradient read in groups compiled sooner but ran 24 % slower under
     a plain ``jax.jit`` (444 against 359 ms; 12 against 21 ms under ``jaxarm.jit``), and its
