@@ -436,10 +436,10 @@ def rollout(
     # methods by name does this itself; the adjoint differentiates each step on its own)
     recompute = not adjoint and not getattr(step_fn, "recomputes_dynamics", False)
     n = arm.n
-    # (the adjoint differentiates each step on its own, as it was measured)
     # a jax.grad around a jax.vmap of rollouts that leaves the arm out (identification from several
     # experiments) sums the arm's cotangent over the batch: forward dynamics then reads the arm per
-    # state (newton_euler._read_per_state). adjoint=True differentiates each step on its own
+    # state (newton_euler._read_per_state). adjoint=True differentiates each step on its own, as it
+    # was measured
     per_state = not adjoint and _summed_over_states(arm, (q0, qd0, inputs, f_ext))
     if not isinstance(stops, (bool, np.bool_)):
         raise ValueError(f"rollout: stops: expected True or False, got {stops!r}")
