@@ -33,13 +33,17 @@ acceleration, ``newton_euler._read_per_state``). ``--wrt arm`` applies to the ro
     python experiments/arm_gradient_batches.py
     python experiments/arm_gradient_batches.py --arms panda --batches 16,256 --steps 200
     python experiments/arm_gradient_batches.py --loss torque --wrt arm --arms puma560,panda --batches 1000
-    python experiments/arm_gradient_batches.py --single --wrt arm --arms panda --batches 16 [--plain-jit] [--closed-over]
+    python experiments/arm_gradient_batches.py --single --wrt arm --arms panda --batches 16 [--plain-jit] [--closed-over] [--unstaged] [--no-before]
 
 ``--single``: the gradient of one state's squared error of inverse dynamics, forward dynamics or
 the mass matrix (``--functions``) with respect to the whole arm (``--wrt arm``) or the standard
 parameters, for one state and for each of ``--batches`` states (a ``jax.vmap`` of ``jax.grad``),
 before and after traced kinematics were read in groups (``newton_euler._reads_grouped``),
-compiled with jaxarm's compiler options or (``--plain-jit``) by a plain ``jax.jit``.
+compiled with jaxarm's compiler options or (``--plain-jit``) by a plain ``jax.jit``; the states
+passed as arguments of the jit or (``--closed-over``) closed over by the loss; ``--unstaged``
+adds the groups with the state itself as their witness, as before it was staged on the arm where
+the states are closed over (``newton_euler._staged_on``); ``--no-before`` leaves out the scalar
+reads.
 """
 
 from __future__ import annotations
@@ -140,7 +144,8 @@ FUNCTIONS = {
 }
 
 
-def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False, closed_over=False):
+def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False, closed_over=False, unstaged=False,
+                   scalars=True):
     """``--single``: the gradient of one state's squared error of ``function`` (its value against
     a measured one, the states passed as arguments of the jit), with respect to the whole arm or
     the standard parameters: for one state (``form="one"``, ``jax.grad``) or for each of
@@ -149,7 +154,10 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False,
     ``now`` (read in groups, ``newton_euler._reads_grouped``). ``plain``: compiled by a plain
     ``jax.jit`` (XLA's default options) instead of with ``jaxarm.compiler_options()``.
     ``closed_over``: the states and measurements closed over by the loss (constants of the
-    program) instead of passed as arguments."""
+    program) instead of passed as arguments. ``unstaged``: also the program read in groups with
+    the state itself as the groups' witness (``newton_euler._STAGED_WITNESS = False``), as before
+    the witness was staged on the arm. ``scalars=False``: without ``before`` (the differences
+    are then from the first program's gradient)."""
     arm = bench.benchmark_arm(name)
     rng = np.random.default_rng(0)
     x0 = standard_parameters(arm) if wrt == "parameters" else arm
@@ -175,8 +183,10 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False,
         return np.concatenate([np.ravel(np.asarray(v)) for v in jax.tree_util.tree_leaves(g)])
 
     programs = {}
-    for label, grouped in (("before", False), ("now", True)):
-        newton_euler._GROUPED_KINEMATICS = grouped
+    table = ((("before", False, True),) if scalars else ()) + ((("unstaged", True, False),) if unstaged else ()) \
+        + (("now", True, True),)
+    for label, grouped, staged in table:
+        newton_euler._GROUPED_KINEMATICS, newton_euler._STAGED_WITNESS = grouped, staged
         # a new function for each program: jax caches a trace by function, not by the switch
         if closed_over and form == "each":
             each = jax.vmap(jax.grad(lambda p, *v: inner(p, *v)), (None, 0, 0, 0, 0))
@@ -193,7 +203,7 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False,
             compiled = jax.jit(fn, compiler_options=options).lower(x0, *args).compile()
             first = time.perf_counter() - start
         finally:
-            newton_euler._GROUPED_KINEMATICS = True
+            newton_euler._GROUPED_KINEMATICS = newton_euler._STAGED_WITNESS = True
         programs[label] = dict(compiled=compiled, compile_s=first, best_s=float("inf"), lines=compiled.as_text().count("\n"))
     values = {k: flat(v["compiled"](x0, *args)) for k, v in programs.items()}
     for _ in range(repeats):
@@ -201,7 +211,7 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False,
             start = time.perf_counter()
             jax.block_until_ready(v["compiled"](x0, *args))
             v["best_s"] = min(v["best_s"], time.perf_counter() - start)
-    before = values["before"]
+    before = values[table[0][0]]
     for label, v in programs.items():
         print(json.dumps(dict(arm=name, loss=function, wrt=wrt, form=form, states=m, program=label,
                               states_given="closed over" if closed_over else "as arguments",
@@ -227,6 +237,10 @@ def main(argv=None):
     ap.add_argument("--plain-jit", action="store_true", help="with --single: compile by a plain jax.jit (XLA's defaults)")
     ap.add_argument("--closed-over", action="store_true",
                     help="with --single: the states closed over by the loss (constants of the program), not arguments")
+    ap.add_argument("--unstaged", action="store_true",
+                    help="with --single: also the groups with the state itself as their witness (before it was staged on the arm)")
+    ap.add_argument("--no-before", action="store_true",
+                    help="with --single: leave out the program reading traced kinematics as scalars (slow to compile and run)")
     ap.add_argument("--functions", default="inverse_dynamics,forward_dynamics,mass_matrix",
                     help="with --single: comma-separated " + ", ".join(FUNCTIONS))
     args = ap.parse_args(argv)
@@ -234,9 +248,11 @@ def main(argv=None):
     if args.single:
         for name in args.arms.split(","):
             for function in args.functions.split(","):
-                measure_single(name, function, "one", 1, args.repeats, args.wrt, args.plain_jit, args.closed_over)
+                measure_single(name, function, "one", 1, args.repeats, args.wrt, args.plain_jit, args.closed_over,
+                               args.unstaged, not args.no_before)
                 for batch in (int(b) for b in args.batches.split(",")):
-                    measure_single(name, function, "each", batch, args.repeats, args.wrt, args.plain_jit, args.closed_over)
+                    measure_single(name, function, "each", batch, args.repeats, args.wrt, args.plain_jit, args.closed_over,
+                                   args.unstaged, not args.no_before)
         return
     for name in args.arms.split(","):
         for batch in (int(b) for b in args.batches.split(",")):

@@ -53,6 +53,20 @@ def wrapped(x):
             x = getattr(x, "val", None) if isinstance(x, BatchTracer) else None
 
 
+def known_underneath(x) -> bool:
+    """Whether tracer ``x`` wraps (through vmaps' and jvps' tracers, :func:`wrapped`) a value that
+    is known while the function is traced: ``jax.vmap`` over arrays that a jitted function closed
+    over, which are constants of the program XLA compiles. False for a value that is not a tracer,
+    and where a staged program's tracer ends the chain (an argument of the jit)."""
+    last = None
+    for last in wrapped(x):
+        pass
+    if last is None:
+        return False
+    inner = getattr(last, "primal", None) if isinstance(last, AD_TRACERS) else getattr(last, "val", last)
+    return not isinstance(last, StagingTracer) and inner is not None and not isinstance(inner, jax.core.Tracer)
+
+
 def encloses(outer, inner) -> bool:
     """Whether the transformation that made tracer ``outer`` is applied around the one that made
     tracer ``inner`` (``jax.grad(jax.vmap(f))``: the gradient's tracers enclose the vmap's). False

@@ -25,7 +25,7 @@ from .algebra import (
 )
 from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
-from .newton_euler import _dtype_of, _read_per_state, _reads_grouped, _rnea
+from .newton_euler import STAGED, _dtype_of, _read_per_state, _reads_grouped, _rnea
 
 
 def composite_mass_matrix(bodies, is_revolute, frames):
@@ -81,8 +81,9 @@ def _composite_mass_matrix(arm: Arm, bodies: Bodies, q):
     the arm's traced parameters read in groups where Newton-Euler reads them so
     (``newton_euler._reads_grouped``: a gradient summed over a batch, or one with respect to
     traced kinematics; ``newton_euler._read_per_state``)."""
-    if _reads_grouped(arm, (q,)):
-        bodies, _ = _read_per_state(bodies, None, q)
+    grouped = _reads_grouped(arm, (q,))
+    if grouped:
+        bodies, _ = _read_per_state(bodies, None, q, staged=grouped == STAGED)
     frames = joint_frames(bodies, arm.is_revolute, q)
     dtype = jnp.result_type(_dtype_of(bodies.mass), q)
     return matrix(composite_mass_matrix(bodies, arm.is_revolute, frames), dtype)

@@ -16,7 +16,7 @@ from .algebra import _dot_identity, _vec, cotangent_once, entries, vector
 from .composite_body import composite_mass_matrix
 from .eager import compiled_when_eager
 from .kinematics import _bodies, joint_frames
-from .newton_euler import _base_acceleration, _inverse_dynamics, _kernel_tip, _reads_grouped, rnea
+from .newton_euler import STAGED, _base_acceleration, _inverse_dynamics, _kernel_tip, _reads_grouped, _staged_on, rnea
 
 
 # the name of forward dynamics' accelerations in a program being differentiated (jax.ad_checkpoint)
@@ -67,7 +67,10 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
         # differentiate inverse dynamics along the inputs that have a tangent only (a zero tangent,
         # e.g. of a traced arm that is not differentiated, would otherwise be carried as numbers)
         d_values, dq, dqd, dtau, df_ext = tangents
-        dq, dqd, dtau = (t if isinstance(t, SymbolicZero) else cotangent_once(t, q) for t in (dq, dqd, dtau))
+        # the stored cotangents' witness: the state, staged on the arm where the state is a
+        # constant of the program (newton_euler._reads_grouped; XLA would fold it away)
+        witness = _staged_on(q, values) if per_state == STAGED else q
+        dq, dqd, dtau = (t if isinstance(t, SymbolicZero) else cotangent_once(t, witness) for t in (dq, dqd, dtau))
         inputs, d_all = [*values, q, qd, f_ext], [*d_values, dq, dqd, df_ext]
         moving = [i for i, t in enumerate(d_all) if not isinstance(t, SymbolicZero)]
         k = len(values)
@@ -86,7 +89,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
                 args[i] = x
             arm_ = rebuild(args[:k])
             return _inverse_dynamics(arm_, args[k], args[k + 1], qdd_at, args[k + 2] if has_ext else None,
-                                     per_state=per_state and any(i < k for i in moving))
+                                     per_state=per_state if any(i < k for i in moving) else False)
 
         rhs = jnp.zeros_like(qdd) if isinstance(dtau, SymbolicZero) else dtau.astype(qdd.dtype)
         if moving:
@@ -99,7 +102,7 @@ def _forward_dynamics(arm, q, qd, tau, f_ext=None, *, per_state=False):
         # without it XLA:CPU fused the mass matrix, its factorization and the solve into each of
         # them (plain reverse mode through 1000 RK3 steps at batch 16: Panda 43.2 -> 35.8 ms, Puma
         # 30.1 -> 28.3 ms; batch 256: 226 -> 213 and 175 -> 162 ms; batch 1 within 2 %)
-        rhs = cotangent_once(rhs, q)
+        rhs = cotangent_once(rhs, witness)
         return qdd, vector(linalg.cholesky_solve_factored_scalars(L, inv_diag, entries(rhs)), qdd.dtype, cotangent_by_split=True)
 
     fd.defjvp(fd_jvp, symbolic_zeros=True)

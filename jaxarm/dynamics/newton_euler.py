@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 import numpy as np
 
 from ..core import spatial, tracers
@@ -143,11 +144,12 @@ def _dtype_of(x):
 def _rnea(arm: Arm, bodies: Bodies, q, qd, qdd, a0, f_ext=None, per_state=None):
     """Recursive Newton-Euler on arrays: :func:`rnea` at joint values q; qdd None means zero
     acceleration. Returns (tau (n,), wrenches (n, 6)). ``per_state``: read the arm's traced
-    parameters in groups (:func:`_read_per_state`); None: where :func:`_reads_grouped` says so."""
+    parameters in groups (:func:`_read_per_state`; :data:`STAGED`: their witness staged on the
+    arm); None: where and as :func:`_reads_grouped` says."""
     if per_state is None:
         per_state = _reads_grouped(arm, (q, qd, qdd, f_ext))
     if per_state and _PER_STATE:
-        bodies, a0 = _read_per_state(bodies, a0, q)
+        bodies, a0 = _read_per_state(bodies, a0, q, staged=per_state == STAGED)
     frames = joint_frames(bodies, arm.is_revolute, q)
     dtype = jnp.result_type(_dtype_of(bodies.mass), q, qd, _dtype_of(a0))
     taus, forces, moments = rnea(bodies, arm.is_revolute, frames, qd, qdd, _vec(a0), _kernel_tip(bodies, f_ext))
@@ -171,7 +173,7 @@ def _summed_over_states(arm, states) -> bool:
     return _PER_STATE and tracers.shared_reversed(arm, states)
 
 
-def _reads_grouped(arm, states) -> bool:
+def _reads_grouped(arm, states):
     """Whether Newton-Euler and the composite-body algorithm read the arm's traced parameters in
     groups (:func:`_read_per_state`): where reverse mode sums the gradient of an arm shared by a
     batch (:func:`_summed_over_states`), and where it differentiates an arm whose kinematics are
@@ -184,19 +186,37 @@ def _reads_grouped(arm, states) -> bool:
     12 s and ran in 4.5 ms; read in groups, 27k lines, 6.8 s and 0.40 ms; the same gradient for
     each of 16 states (``jax.vmap`` of ``jax.grad``) took 1.01 s a call, now 1.19 ms
     (``python experiments/arm_gradient_batches.py --single --wrt arm --plain-jit``; with the
-    states closed over, constants of the program, ``--closed-over``: one state 13.8 s and 3.3 ms
-    -> 7.4 s and 0.73 ms; each of 16 states 1.03 s -> 1.6 ms a call, but its compile 15.8 ->
-    29.5 s, the witness of the groups being a constant there). With the kinematics known
+    states closed over, constants of the program, ``--closed-over``: one state 12.7 s and 3.8 ms
+    -> 6.1 s and 0.48 ms; each of 16 states 15.5 s and 1.11 s a call -> 9.1 s and 1.2 ms, with
+    the witness staged, below). With the kinematics known
     (the standard parameters) the inertial scalars alone are cheaper read as they are (one state
     0.055 ms against 0.080 ms with the groups forced, a plain ``jax.jit``). Rollouts keep their own rule
     (:func:`_summed_over_states`, asked by :mod:`jaxarm.simulate.rollouts`): a single 200-step
     Panda rollout's whole-arm gradient read in groups compiled sooner but ran 24 % slower under
     a plain ``jax.jit`` (444 against 359 ms; 12 against 21 ms under ``jaxarm.jit``), and its
-    standard-parameter gradient 60 % slower."""
+    standard-parameter gradient 60 % slower.
+
+    :data:`STAGED` (true) where nothing is summed and the states are known while the function is
+    traced (``jax.vmap`` over states the loss closes over, constants of the program:
+    :func:`jaxarm.core.tracers.known_underneath`): the groups' witness, and forward dynamics'
+    stored cotangents', is then staged on the arm (:func:`_staged_on`). With the state itself,
+    a constant there, the Panda's gradients for each of 16 closed-over states compiled under a
+    plain ``jax.jit`` in 30.5 s to 156k lines and ran in 1.55 ms (inverse dynamics), 127 s, 425k
+    lines and 3.5 ms (forward dynamics), 28 s, 170k lines and 1.32 ms (the mass matrix); staged,
+    9.1 s, 35k lines and 1.20 ms, 34.7 s, 84k lines and 1.13 ms, 9.7 s, 35k lines and 1.09 ms,
+    as with the states passed as arguments (``--single --closed-over --unstaged``). Not where the
+    gradient is summed over closed-over states: there XLA's folding cost nothing, and staging
+    made the Panda's torque loss over 1000 samples 16 % slower (2.68 against 2.31 ms)."""
     if _summed_over_states(arm, states):
         return True
-    return (_GROUPED_KINEMATICS and _PER_STATE and not checks.concrete((arm.kinematics, arm.tool))
-            and tracers.reverse_differentiated(arm))
+    if (_GROUPED_KINEMATICS and _PER_STATE and not checks.concrete((arm.kinematics, arm.tool))
+            and tracers.reverse_differentiated(arm)):
+        return STAGED if _STAGED_WITNESS and tracers.known_underneath(states[0]) else True
+    return False
+
+
+# _reads_grouped's answer where the groups' witness is to be staged on the arm
+STAGED = "staged"
 
 
 # False: an arm with traced kinematics is read in groups only where its gradient is summed over a
@@ -204,7 +224,7 @@ def _reads_grouped(arm, states) -> bool:
 _GROUPED_KINEMATICS = True
 
 
-def _read_per_state(bodies: Bodies, a0, witness):
+def _read_per_state(bodies: Bodies, a0, witness, staged=False):
     """The body model and the base acceleration (gravity) with their traced entries read per
     state of the batch ``witness`` belongs to (:func:`jaxarm.dynamics.algebra.per_state_entries`):
     per body, one vector of its inertial parameters (mass, first moment, the upper triangle of the
@@ -221,7 +241,7 @@ def _read_per_state(bodies: Bodies, a0, witness):
     torque --wrt arm``). Per body and per kind rather than one vector for all: a split's cotangent
     costs k^2 selects for k entries (a Puma 560's rollout gradient at batch 256 took 0.50 s with ten
     entries per body, 0.93 s with all 78 inertial entries in one vector, 0.87 s read
-    unbatched)."""
+    unbatched). ``staged``: the groups' witness staged on the arm (:func:`_staged_on`)."""
     kinds = (("mass", "first_moment", "inertia_origin"), ("rotation", "translation"))
     fields = [f for kind in kinds for f in kind if isinstance(getattr(bodies, f), jax.core.Tracer)]
     traced_a0 = isinstance(a0, jax.core.Tracer)  # (None: no base acceleration to read)
@@ -240,6 +260,8 @@ def _read_per_state(bodies: Bodies, a0, witness):
     if traced_a0:
         arrays.append(a0)
         groups.append([(len(fields), (k,)) for k in range(3)])
+    if staged:
+        witness = _staged_on(witness, arrays)
     read = per_state_entries(arrays, witness, groups)
     for f, x in zip(fields, read):
         if f == "inertia_origin":  # the lower triangle is the upper's
@@ -247,6 +269,28 @@ def _read_per_state(bodies: Bodies, a0, witness):
                 if r > c:
                     x.cells[i, r, c] = x.cells[i, c, r]
     return bodies._replace(**dict(zip(fields, read))), (read[-1] if traced_a0 else a0)
+
+
+# False: the groups' witness is the state itself (for before/after measurements:
+# experiments/arm_gradient_batches.py --single --closed-over)
+_STAGED_WITNESS = True
+
+
+def _staged_on(witness, traced):
+    """``witness`` (a state), made a value XLA cannot know before the program runs by adding zero
+    times an entry of a traced array of the arm (the first non-empty floating-point one of the
+    sequence ``traced``; ``0 * x`` is not simplified for floating point: x may be NaN or
+    infinite). A loss may close over its states, which then are constants of the program, and
+    XLA folds away the select that makes the groups per state and the stored cotangents keyed on
+    the witness, and fuses the reverse sweep into every entry's cotangent again: the Panda's
+    inverse dynamics, its gradient with respect to the whole arm for each of 16 closed-over
+    states, compiled for 30 s to 156k lines of optimized HLO under a plain ``jax.jit``. The
+    witness itself if no such array is traced."""
+    for x in traced:
+        if jnp.size(x) and jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+            entry = lax.stop_gradient(jnp.ravel(x)[0]).astype(jnp.result_type(witness))
+            return witness + jnp.zeros((), entry.dtype) * entry
+    return witness
 
 
 def _kernel_tip(bodies, f_ext):
