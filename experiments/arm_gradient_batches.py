@@ -34,6 +34,7 @@ acceleration, ``newton_euler._read_per_state``). ``--wrt arm`` applies to the ro
     python experiments/arm_gradient_batches.py --arms panda --batches 16,256 --steps 200
     python experiments/arm_gradient_batches.py --loss torque --wrt arm --arms puma560,panda --batches 1000
     python experiments/arm_gradient_batches.py --single --wrt arm --arms panda --batches 16 [--plain-jit] [--closed-over] [--unstaged] [--no-before]
+    python experiments/arm_gradient_batches.py --summed-closed-over --arms panda --batches 16,1000 --functions inverse_dynamics,forward_dynamics --plain-jit
 
 ``--single``: the gradient of one state's squared error of inverse dynamics, forward dynamics or
 the mass matrix (``--functions``) with respect to the whole arm (``--wrt arm``) or the standard
@@ -44,6 +45,11 @@ passed as arguments of the jit or (``--closed-over``) closed over by the loss; `
 adds the groups with the state itself as their witness, as before it was staged on the arm where
 the states are closed over (``newton_euler._staged_on``); ``--no-before`` leaves out the scalar
 reads.
+
+``--summed-closed-over``: the gradient with respect to the whole arm of the squared error of
+``--functions`` summed over ``--batches`` states that the loss closes over, with the state
+itself as the witness of the groups and of forward dynamics' stored cotangents (``bare``), with
+only the latter staged on the arm (``cotangents_staged``, forward dynamics) and as now.
 """
 
 from __future__ import annotations
@@ -222,6 +228,56 @@ def measure_single(name, function, form, batch, repeats, wrt="arm", plain=False,
               flush=True)
 
 
+def measure_summed_closed_over(name, function, batch, repeats, plain=False):
+    """``--summed-closed-over``: the gradient with respect to the whole arm of ``function``'s
+    squared error summed over ``batch`` states that the loss closes over (constants of the
+    program), as identification from NumPy data usually is. Programs: ``bare`` (the state itself
+    the witness of the groups and stored cotangents: ``newton_euler._STAGED_WITNESS = False``),
+    ``cotangents_staged`` (forward dynamics only: its own stored cotangents' witness staged, the
+    groups' not) and ``now``."""
+    from jaxarm.dynamics import forward
+
+    arm = bench.benchmark_arm(name)
+    rng = np.random.default_rng(0)
+    f = FUNCTIONS[function]
+    q, qd, x = (jnp.asarray(rng.uniform(-1.0, 1.0, (batch, arm.n))) for _ in range(3))
+    measured = jax.jit(jax.vmap(lambda a, b, c: f(arm, a, b, c)))(q, qd, x)
+    measured = measured + jnp.asarray(rng.normal(0.0, 0.1, measured.shape))
+
+    def loss(a):
+        return jnp.sum((jax.vmap(lambda u, v, w: f(a, u, v, w))(q, qd, x) - measured) ** 2)
+
+    table = [("bare", False, False)]
+    if function == "forward_dynamics":
+        table.append(("cotangents_staged", True, False))
+    table.append(("now", True, True))
+    programs = {}
+    for label, staged, groups in table:
+        newton_euler._STAGED_WITNESS, forward._STAGED_GROUPS_SUMMED = staged, groups
+        try:
+            start = time.perf_counter()
+            options = {} if plain else jaxarm.compiler_options()
+            compiled = jax.jit(jax.grad(lambda a: loss(a)), compiler_options=options).lower(arm).compile()
+            first = time.perf_counter() - start
+        finally:
+            newton_euler._STAGED_WITNESS = forward._STAGED_GROUPS_SUMMED = True
+        programs[label] = dict(compiled=compiled, compile_s=first, best_s=float("inf"), lines=compiled.as_text().count("\n"))
+    flat = {k: np.concatenate([np.ravel(np.asarray(g)) for g in jax.tree_util.tree_leaves(v["compiled"](arm))])
+            for k, v in programs.items()}
+    for _ in range(repeats):
+        for v in programs.values():
+            start = time.perf_counter()
+            jax.block_until_ready(v["compiled"](arm))
+            v["best_s"] = min(v["best_s"], time.perf_counter() - start)
+    for label, v in programs.items():
+        print(json.dumps(dict(arm=name, loss=function, wrt="arm", form="summed", states=batch, program=label,
+                              states_given="closed over", jit="plain jax.jit" if plain else "jaxarm.compiler_options()",
+                              compile_s=round(v["compile_s"], 2), optimized_hlo_lines=v["lines"],
+                              ms=round(v["best_s"] * 1e3, 3),
+                              gradient_rel_difference=float(np.max(np.abs(flat[label] - flat["bare"])) / np.max(np.abs(flat["bare"]))))),
+              flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arms", default="puma560,panda")
@@ -239,12 +295,21 @@ def main(argv=None):
                     help="with --single: the states closed over by the loss (constants of the program), not arguments")
     ap.add_argument("--unstaged", action="store_true",
                     help="with --single: also the groups with the state itself as their witness (before it was staged on the arm)")
+    ap.add_argument("--summed-closed-over", action="store_true",
+                    help="the gradient of --functions' squared error summed over --batches states the loss closes over, "
+                         "with the state itself or staged on the arm as the witness")
     ap.add_argument("--no-before", action="store_true",
                     help="with --single: leave out the program reading traced kinematics as scalars (slow to compile and run)")
     ap.add_argument("--functions", default="inverse_dynamics,forward_dynamics,mass_matrix",
                     help="with --single: comma-separated " + ", ".join(FUNCTIONS))
     args = ap.parse_args(argv)
     print(json.dumps(dict(machine=bench.machine())), flush=True)
+    if args.summed_closed_over:
+        for name in args.arms.split(","):
+            for function in args.functions.split(","):
+                for batch in (int(b) for b in args.batches.split(",")):
+                    measure_summed_closed_over(name, function, batch, args.repeats, args.plain_jit)
+        return
     if args.single:
         for name in args.arms.split(","):
             for function in args.functions.split(","):

@@ -206,7 +206,8 @@ def _reads_grouped(arm, states):
     9.1 s, 35k lines and 1.20 ms, 34.7 s, 84k lines and 1.13 ms, 9.7 s, 35k lines and 1.09 ms,
     as with the states passed as arguments (``--single --closed-over --unstaged``). Not where the
     gradient is summed over closed-over states: there XLA's folding cost nothing, and staging
-    made the Panda's torque loss over 1000 samples 16 % slower (2.68 against 2.31 ms)."""
+    made the Panda's torque loss over 1000 samples 16 % slower (2.68 against 2.31 ms); forward
+    dynamics, which gained there, asks for it itself (:func:`jaxarm.dynamics.forward.forward_dynamics`)."""
     if _summed_over_states(arm, states):
         return True
     if (_GROUPED_KINEMATICS and _PER_STATE and not checks.concrete((arm.kinematics, arm.tool))
