@@ -290,7 +290,7 @@ def main(argv=None):
     ap.add_argument("--single", action="store_true",
                     help="the gradient of one state's error (and of each state's, a jax.vmap of jax.grad over "
                          "--batches states) for --functions, before and after traced kinematics were read in groups")
-    ap.add_argument("--plain-jit", action="store_true", help="with --single: compile by a plain jax.jit (XLA's defaults)")
+    ap.add_argument("--plain-jit", action="store_true", help="with --single or --summed-closed-over: compile by a plain jax.jit (XLA's defaults)")
     ap.add_argument("--closed-over", action="store_true",
                     help="with --single: the states closed over by the loss (constants of the program), not arguments")
     ap.add_argument("--unstaged", action="store_true",

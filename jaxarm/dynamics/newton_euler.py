@@ -198,8 +198,9 @@ def _reads_grouped(arm, states):
 
     :data:`STAGED` (true) where nothing is summed and the states are known while the function is
     traced (``jax.vmap`` over states the loss closes over, constants of the program:
-    :func:`jaxarm.core.tracers.known_underneath`): the groups' witness, and forward dynamics'
-    stored cotangents', is then staged on the arm (:func:`_staged_on`). With the state itself,
+    :func:`jaxarm.core.tracers.known_underneath`): the groups' witness is then staged on the arm
+    (:func:`_staged_on`; forward dynamics stages its stored cotangents' wherever the states are
+    known, and the groups' for a summed gradient too). With the state itself,
     a constant there, the Panda's gradients for each of 16 closed-over states compiled under a
     plain ``jax.jit`` in 30.5 s to 156k lines and ran in 1.55 ms (inverse dynamics), 127 s, 425k
     lines and 3.5 ms (forward dynamics), 28 s, 170k lines and 1.32 ms (the mass matrix); staged,
@@ -272,8 +273,9 @@ def _read_per_state(bodies: Bodies, a0, witness, staged=False):
     return bodies._replace(**dict(zip(fields, read))), (read[-1] if traced_a0 else a0)
 
 
-# False: the groups' witness is the state itself (for before/after measurements:
-# experiments/arm_gradient_batches.py --single --closed-over)
+# False: the groups' witness, and forward dynamics' stored cotangents', is the state itself where
+# the states are closed over (for before/after measurements: experiments/arm_gradient_batches.py
+# --single --closed-over --unstaged, and --summed-closed-over)
 _STAGED_WITNESS = True
 
 
