@@ -608,22 +608,21 @@ def test_a_whole_arm_shared_by_a_batch_is_read_per_state_in_reverse_mode(monkeyp
         jax.make_jaxpr(jax.vmap(jax.grad(one), in_axes=(None, 0, 0, 0, 0)))(traced, q, qd, x, w)
         monkeypatch.setattr(newton_euler, "_GROUPED_KINEMATICS", True)
         assert not calls, f"{name}: read per state where nothing is summed over a batch"
-        monkeypatch.setattr(newton_euler, "_PER_STATE", False)
-        scalars = jax.jit(jax.grad(lambda a: batch_loss(a))).lower(traced)
-        monkeypatch.setattr(newton_euler, "_PER_STATE", True)
-        assert not calls
-        compiled_scalars = scalars.compile()
-        g_scalars = compiled_scalars(traced)
-        total = jax.tree_util.tree_map(lambda *xs: sum(xs), *parts)
-        for (path, a), b, c in zip(jax.tree_util.tree_leaves_with_path(g), jax.tree_util.tree_leaves(total),
-                                   jax.tree_util.tree_leaves(g_scalars)):
-            scale = max(1.0, float(np.max(np.abs(b)))) if np.size(b) else 1.0
-            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * scale, err_msg=f"{name} {jax.tree_util.keystr(path)}")
-            np.testing.assert_allclose(a, c, rtol=1e-10, atol=1e-12 * scale, err_msg=f"{name} {jax.tree_util.keystr(path)}")
-        assert all(np.max(np.abs(np.asarray(k))) > 0 for k in jax.tree_util.tree_leaves(g.kinematics))  # calibration
-        if name == "inverse_dynamics":  # (the Panda's: 26k lines against 225k)
+        references = [jax.tree_util.tree_map(lambda *xs: sum(xs), *parts)]
+        if name == "inverse_dynamics":  # the batch read as unbatched scalars (the Panda's: 225k lines against 26k)
+            monkeypatch.setattr(newton_euler, "_PER_STATE", False)
+            scalars = jax.jit(jax.grad(lambda a: batch_loss(a))).lower(traced)
+            monkeypatch.setattr(newton_euler, "_PER_STATE", True)
+            assert not calls
+            compiled_scalars = scalars.compile()
+            references.append(compiled_scalars(traced))
             lines_now, lines_scalars = (c.as_text().count("\n") for c in (compiled, compiled_scalars))
             assert lines_now < 0.8 * lines_scalars, (lines_now, lines_scalars)
+        for reference in references:
+            for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g), jax.tree_util.tree_leaves(reference)):
+                scale = max(1.0, float(np.max(np.abs(b)))) if np.size(b) else 1.0
+                np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * scale, err_msg=f"{name} {jax.tree_util.keystr(path)}")
+        assert all(np.max(np.abs(np.asarray(k))) > 0 for k in jax.tree_util.tree_leaves(g.kinematics))  # calibration
 
 
 @pytest.mark.parametrize("joints, convention", [("RRR", "placement"), ("PRR", "standard")])
@@ -668,8 +667,10 @@ def test_traced_kinematics_are_read_in_groups_by_the_gradient_of_one_state(monke
         assert calls, f"{name}: the eager gradient's kept program did not read the kinematics in groups"
         monkeypatch.setattr(newton_euler, "_GROUPED_KINEMATICS", False)
         calls.clear()
-        s_one = jax.jit(jax.grad(lambda *v: one(*v)))(traced, q[0], qd[0], x[0])
-        s_each = jax.jit(jax.vmap(jax.grad(lambda *v: one(*v)), in_axes=(None, 0, 0, 0)))(traced, q, qd, x)
+        # read as scalars: one state's program, called for each state
+        s_grad = jax.jit(jax.grad(lambda *v: one(*v)))
+        s_one = s_grad(traced, q[0], qd[0], x[0])
+        s_each = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *(s_grad(traced, q[i], qd[i], x[i]) for i in range(B)))
         monkeypatch.setattr(newton_euler, "_GROUPED_KINEMATICS", True)
         assert not calls
         close(g_one, s_one, f"{name} one state")
