@@ -572,8 +572,9 @@ def test_a_whole_arm_shared_by_a_batch_is_read_per_state_in_reverse_mode(monkeyp
     calibration by gradient) reads the body model's inertial parameters and placements and the
     base acceleration per state (newton_euler._read_per_state), for inverse dynamics, the bias
     forces, forward dynamics and the mass matrix alike. The gradient is the sum of the samples'
-    own gradients (each without vmap, its kinematics read as scalars: _GROUPED_KINEMATICS off) and
-    the one read as unbatched scalars; the program is a fraction of that one's size. With traced
+    own gradients (each without vmap, its kinematics read as scalars: _GROUPED_KINEMATICS off) and,
+    for inverse dynamics, the one read as unbatched scalars; the program is a fraction of that
+    one's size. With traced
     kinematics read as scalars, a vmap of grad reads nothing per state (nothing is summed; the
     next test has the groups that traced kinematics get there)."""
     from jaxarm.dynamics import newton_euler
