@@ -427,8 +427,13 @@ def compile_timed(fn, *args):
     # jaxarm's recommended XLA options (on CPU: YNNPACK fusions and fusion emitters off, see jaxarm.core.xla)
     options = None if PLAIN_JIT else (jaxarm.compiler_options() or None)
     # traced inside loop_kernels() as well, as jaxarm.jit traces: the form of some programs
-    # depends on it (jaxarm.integrators.gradient_written_out)
-    with contextlib.nullcontext() if PLAIN_JIT else jaxarm_xla.loop_kernels():
+    # depends on it (jaxarm.integrators.gradient_written_out), and lowered as for the fusion
+    # emitters it turns off (jaxarm.core.xla.fusion_emitters_active)
+    with contextlib.ExitStack() as stack:
+        if not PLAIN_JIT:
+            stack.enter_context(jaxarm_xla.loop_kernels())
+            if (options or {}).get("xla_cpu_use_fusion_emitters") is False:
+                stack.enter_context(jaxarm_xla.fusion_emitters_off())
         lowered = jax.jit(fn).lower(*args)
         compiled = lowered.compile(compiler_options=options)
     return compiled, {"value": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0}

@@ -439,7 +439,7 @@ def test_batched_dynamics_read_the_first_and_last_joint_angle_on_a_cpu(monkeypat
         assert bool(jnp.all(jnp.isnan(nan_first)))
 
     plain_entries = _kernels.entries
-    monkeypatch.setattr(_kernels, "entries", lambda x, whole=False: plain_entries(x))
+    monkeypatch.setattr(_kernels, "entries", lambda x, whole=False, stored=False: plain_entries(x))
     fd = jax.vmap(lambda q, qd, tau: jaxarm.forward_dynamics(arm, q, qd, tau))
     np.testing.assert_array_equal(np.asarray(whole), np.asarray(fd(q, qd, tau)))
     if jax.default_backend() == "cpu":  # the plain split leaves the first column unread: the case above
@@ -461,11 +461,13 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations(wit
         e = _kernels.entries(once(v))
         by_split = vector([e[0] * e[1], jnp.sin(e[2]), e[0] ** 3], cotangent_by_split=True)
         by_selects = vector([e[2], e[1] * e[1], e[0]])
-        return jnp.sum(by_split * jnp.asarray([1.0, 2.0, 3.0])) + jnp.sum(by_selects ** 2)
+        s = _kernels.entries(v, stored=True)  # its cotangents stored (a single vector only)
+        return (jnp.sum(by_split * jnp.asarray([1.0, 2.0, 3.0])) + jnp.sum(by_selects ** 2)
+                + jnp.cos(s[1]) * s[0] * s[2])
 
     def plain(v):
         return (jnp.sum(jnp.stack([v[0] * v[1], jnp.sin(v[2]), v[0] ** 3]) * jnp.asarray([1.0, 2.0, 3.0]))
-                + jnp.sum(jnp.stack([v[2], v[1] * v[1], v[0]]) ** 2))
+                + jnp.sum(jnp.stack([v[2], v[1] * v[1], v[0]]) ** 2) + jnp.cos(v[1]) * v[0] * v[2])
 
     v = jnp.asarray([0.3, -1.2, 0.7])
     V = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)))
@@ -484,9 +486,64 @@ def test_entries_vector_and_cotangent_once_transform_as_the_plain_operations(wit
     assert count_primitive(reverse, stored) == 1 and count_primitive(reverse, other) == 0
     forward = jax.make_jaxpr(lambda v, t: jax.jvp(ours, (v,), (t,)))(v, t)
     assert count_primitive(forward, "jaxarm_materialized") == 0 and count_primitive(forward, "jaxarm_stored_after") == 0
+    # the stored entries' cotangents: for a single vector's reverse mode only
+    assert count_primitive(reverse, "jaxarm_stored_scalars") == 1 and count_primitive(forward, "jaxarm_stored_scalars") == 0
+    assert count_primitive(jax.make_jaxpr(jax.vmap(jax.grad(ours)))(V), "jaxarm_stored_scalars") == 0
+    assert count_primitive(jax.make_jaxpr(jax.grad(lambda V: jnp.sum(jax.vmap(ours)(V))))(V), "jaxarm_stored_scalars") == 0
     if jax.default_backend() == "cpu":  # lowered as a conditional on a CPU only
         assert " conditional(" in jax.jit(jax.vmap(jax.grad(ours))).lower(V).compile().as_text()
         assert " conditional(" not in jax.jit(jax.vmap(jax.grad(plain))).lower(V).compile().as_text()
+        single = jax.jit(jax.grad(ours)).lower(v).compile().as_text().count(" conditional(")
+        assert single == 2, single  # cotangent_once's and the stored entries'
+
+
+def test_a_traced_arms_joint_angle_cotangents_are_stored_in_a_single_rollouts_gradient(monkeypatch):
+    """Where the bodies' placements are traced (the whole arm differentiated), the joint angles'
+    cotangents in a rollout's reverse pass (each the reverse sweep through the traced parameters)
+    are stored before they are put together (algebra.entries(stored=True)), for a single rollout
+    only: not for a constant arm, nor under a jax.vmap (the per-state and summed batch gradients
+    keep their own forms), and on a CPU as a conditional only where XLA's fusion emitters compile
+    the program (a plain jax.jit; jaxarm.jit turns them off). The gradients are the same."""
+    from jaxarm.core import xla
+    from jaxarm.dynamics import kinematics
+    from jaxarm.identify.linear_model import arm_with_parameters, standard_parameters
+
+    arm = random_arm(2, "RR", "placement", drives=True)
+    traced = jax.tree_util.tree_map(jnp.asarray, arm)
+    rng = np.random.default_rng(3)
+    q, qd = (jnp.asarray(rng.uniform(-1.0, 1.0, arm.n)) for _ in range(2))
+    tau = jnp.asarray(rng.uniform(-1.0, 1.0, (5, arm.n)))
+    Q = jnp.asarray(rng.uniform(-1.0, 1.0, (2, arm.n)))
+
+    def loss(a, q):
+        return jnp.sum(jaxarm.rollout(a, q, qd, tau, 0.01, method="rk3").q ** 2)
+
+    def stored(f, *args):
+        return count_primitive(jax.make_jaxpr(f)(*args), "jaxarm_stored_scalars")
+
+    assert stored(jax.grad(loss), traced, q) > 0  # the arm differentiated
+    assert stored(jax.grad(loss, argnums=1), traced, q) > 0  # a traced arm, the state differentiated
+    assert stored(jax.grad(lambda q: loss(arm, q)), q) == 0  # a constant arm
+    # the kinematics known, the inertial parameters traced (measured slower stored)
+    parameters = jnp.asarray(standard_parameters(arm))
+    assert stored(jax.grad(lambda p: loss(arm_with_parameters(arm, p), q)), parameters) == 0
+    assert stored(jax.vmap(jax.grad(loss), in_axes=(None, 0)), traced, Q) == 0
+    assert stored(jax.grad(lambda a: jnp.sum(jax.vmap(loss, in_axes=(None, 0))(a, Q))), traced) == 0
+    # lowered for XLA's fusion emitters (a plain jax.jit) as a conditional on a CPU; for the
+    # classic loop emitter (jaxarm.jit's) as the identity: the gradients agree
+    gradient = jax.grad(loss, argnums=(0, 1))
+    plain = jax.jit(gradient).lower(traced, q).compile()
+    with xla.fusion_emitters_off():
+        classic = jax.jit(lambda a, q: gradient(a, q)).lower(traced, q).compile(compiler_options=xla.compiler_options())
+    if jax.default_backend() == "cpu":
+        assert plain.as_text().count(" conditional(") > classic.as_text().count(" conditional(")
+    for (path, u), v in zip(jax.tree_util.tree_leaves_with_path(plain(traced, q)), jax.tree_util.tree_leaves(classic(traced, q))):
+        np.testing.assert_allclose(u, v, rtol=1e-12, atol=1e-13, err_msg=jax.tree_util.keystr(path))
+    assert xla.fusion_emitters_active()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false")
+    assert not xla.fusion_emitters_active()
+    monkeypatch.setattr(kinematics, "_STORED_ANGLE_COTANGENTS", False)
+    assert stored(jax.grad(loss), traced, q) == 0
 
 
 def test_cholesky_by_batch_uses_the_library_only_where_jaxlib_would_not_split_the_batch():

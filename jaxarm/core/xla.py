@@ -239,6 +239,33 @@ def _flag_threshold(flags: str):
     return int(found[-1]) if found else None
 
 
+_EMITTERS_OPTION = "xla_cpu_use_fusion_emitters"
+
+
+def fusion_emitters_active() -> bool:
+    """Whether the program being lowered on this thread now will be compiled by XLA:CPU's fusion
+    emitters (XLA's default): False inside a call of :func:`jit` (which turns them off) and where
+    the user's ``XLA_FLAGS`` turn them off for every compile. For lowering rules that shape a
+    program for one emitter or the other (:func:`jaxarm.dynamics.algebra.entries`' ``stored``)."""
+    if getattr(_extra, "emitters_off", False):
+        return False
+    flag = re.findall(r"--xla_cpu_use_fusion_emitters=(\w+)", os.environ.get("XLA_FLAGS", ""))
+    return not (flag and flag[-1].lower() in ("false", "0"))
+
+
+@contextlib.contextmanager
+def fusion_emitters_off():
+    """Lower programs on this thread as for a compile with XLA:CPU's fusion emitters off, as
+    :func:`jit` does (:func:`fusion_emitters_active`): for programs lowered by hand and compiled
+    with :func:`compiler_options` (``jax.jit(f).lower(...).compile(compiler_options=...)``)."""
+    previous = getattr(_extra, "emitters_off", False)
+    _extra.emitters_off = True
+    try:
+        yield
+    finally:
+        _extra.emitters_off = previous
+
+
 def loop_kernels_status() -> dict:
     """What :func:`jit` does with loops on this machine: the threshold in bytes, or why it is not
     applied (not a CPU; this jax's compile options could not carry it)."""
@@ -266,16 +293,19 @@ def jit(fun=None, **kwargs):
         key = (jax.default_backend(), nested)
         if key not in compiled:
             options = {} if nested else {"compiler_options": compiler_options()}
-            compiled[key] = jax.jit(fun, **options, **kwargs)
+            compiled[key] = (jax.jit(fun, **options, **kwargs),
+                             options.get("compiler_options", {}).get(_EMITTERS_OPTION) is False)
+        jitted, emitters_off = compiled[key]
         extra = None if nested else _backend_options(LOOP_KERNEL_BYTES, key[0])
-        if not extra:
-            return compiled[key](*args, **kw)
-        previous = getattr(_extra, "options", None)  # (loop_kernels(), without a generator per call)
-        _extra.options = extra
+        if not extra and not emitters_off:
+            return jitted(*args, **kw)
+        # (loop_kernels(), without a generator per call; and what fusion_emitters_active reads)
+        previous, previous_off = getattr(_extra, "options", None), getattr(_extra, "emitters_off", False)
+        _extra.options, _extra.emitters_off = extra, emitters_off
         try:
-            return compiled[key](*args, **kw)
+            return jitted(*args, **kw)
         finally:
-            _extra.options = previous
+            _extra.options, _extra.emitters_off = previous, previous_off
 
     return wrapper
 

@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover
     from jax.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from ..core import tracers, xla as _xla
 from ..model.checks import _is_concrete as _concrete
 
 # --------------------------------------------------------------------------------------
@@ -487,7 +488,7 @@ def _dtype(values, dtype):
     return jnp.result_type(*traced) if traced else jnp.result_type(float)
 
 
-def entries(x, *, whole=False):
+def entries(x, *, whole=False, stored=False):
     """The entries of a traced vector x (n,) as a list of n scalars, by one split. In reverse mode
     their cotangents are put back into one array by a chain of selects (:func:`vector`'s form), not
     by the concatenate that JAX's transpose of a split is: XLA:CPU fuses a concatenate of deep
@@ -505,10 +506,20 @@ def entries(x, *, whole=False):
     the last vector's worth of rows as scalar code (LLVM's ``requiresScalarEpilogue``). At batch 16
     in float32 (8 lanes) that was half the rows: a 1000-step RK3 rollout of the Puma ran at 2.9e6
     steps/s, against 5.8e6 at batch 8. Joint angles are read this way (:func:`joint_frames`). On
-    other platforms, for a single vector (a batch of one), and without ``whole``, a plain split."""
+    other platforms, for a single vector (a batch of one), and without ``whole``, a plain split.
+
+    ``stored``: in reverse mode, for a single vector (not batched, nor under a ``jax.vmap``),
+    the entries' cotangents are first computed into buffers of their own (:func:`_stored_scalars`,
+    on a CPU), and the select chain then reads them. Where the cotangents are the reverse sweep of a traced arm (a
+    rollout's gradient with respect to the arm: the joint angles' cotangents read every body's
+    parameters), XLA:CPU otherwise fused the whole sweep into the chain's fusion, and its fusion
+    emitters (a plain ``jax.jit``'s default) compiled that vector-valued fusion into code that
+    took about 1.5 ms a call where the arithmetic is a few microseconds: a 200-step rollout's
+    gradient with respect to a 7-joint arm took 572 ms a call, 63 ms stored (XLA's classic loop
+    emitter, which :func:`jaxarm.jit` selects, was unaffected; see :func:`joint_frames`)."""
     if not isinstance(x, jax.Array) or jnp.ndim(x) != 1:
         return x
-    return list(_entries_p.bind(x, whole=bool(whole)))
+    return list(_entries_p.bind(x, whole=bool(whole), stored=bool(stored)))
 
 
 def cotangent_once(x, witness=None):
@@ -549,36 +560,39 @@ _entries_p = Primitive("jaxarm_entries")
 _entries_p.multiple_results = True
 
 
-def _entries_impl(x, whole=False):
+def _entries_impl(x, whole=False, stored=False):
     n = x.shape[-1]
     if not hasattr(jax.lax, "split"):  # an older jax without lax.split: slices
         return [jax.lax.index_in_dim(x, i, axis=x.ndim - 1, keepdims=False) for i in range(n)]
     return [part.reshape(x.shape[:-1]) for part in jax.lax.split(x, (1,) * n, axis=x.ndim - 1)]
 
 
-def _entries_abstract(x, whole=False):
+def _entries_abstract(x, whole=False, stored=False):
     return [jax.core.ShapedArray(x.shape[:-1], x.dtype, weak_type=x.weak_type)] * x.shape[-1]
 
 
-def _entries_batch(args, dims, whole=False):
+def _entries_batch(args, dims, whole=False, stored=False):
     (x,), (d,) = args, dims
     x = jnp.moveaxis(x, d, 0)  # the entries' axis stays the last
-    return _entries_p.bind(x, whole=whole), [0] * x.shape[-1]
+    return _entries_p.bind(x, whole=whole, stored=stored), [0] * x.shape[-1]
 
 
-def _entries_jvp(primals, tangents, whole=False):
+def _entries_jvp(primals, tangents, whole=False, stored=False):
     (x,), (t,) = primals, tangents
-    out = _entries_p.bind(x, whole=whole)
+    out = _entries_p.bind(x, whole=whole, stored=stored)
     if type(t) is ad.Zero:
         return out, [_zero(o) for o in out]
-    return out, _entries_p.bind(t, whole=whole)
+    return out, _entries_p.bind(t, whole=whole, stored=stored)
 
 
-def _entries_transpose(cts, x, whole=False):
+def _entries_transpose(cts, x, whole=False, stored=False):
     aval = x.aval
     live = [(i, c) for i, c in enumerate(cts) if type(c) is not ad.Zero]
     if not live:
         return [_zero(aval)]
+    if stored and len(aval.shape) == 1 and len(live) > 1 and tracers.vmapped_size([c for _, c in live]) == 1:  # (see entries)
+        kept = _stored_scalars_p.bind(*(jnp.asarray(c, aval.dtype) for _, c in live))
+        live = [(i, c) for (i, _), c in zip(live, kept)]
     position = jax.lax.broadcasted_iota(np.int32, aval.shape, len(aval.shape) - 1)
     out = jnp.zeros(aval.shape, aval.dtype)
     for i, c in live:
@@ -586,7 +600,7 @@ def _entries_transpose(cts, x, whole=False):
     return [out]
 
 
-def _entries_read_whole(x, whole=False):
+def _entries_read_whole(x, whole=False, stored=False):
     """On a CPU, entries that read the vector's first and last entries as well (``whole``): each
     plus zero times their sum (see :func:`entries`). A single vector (not batched, or a batch of
     one) has no loop over the batch to vectorize: its entries are the split's."""
@@ -597,13 +611,48 @@ def _entries_read_whole(x, whole=False):
     return [p + touch for p in parts]
 
 
-_entries_p.def_impl(lambda x, whole=False: _entries_read_whole(x, whole and jax.default_backend() == "cpu"))
+_entries_p.def_impl(lambda x, whole=False, stored=False: _entries_read_whole(x, whole and jax.default_backend() == "cpu"))
 _entries_p.def_abstract_eval(_entries_abstract)
 mlir.register_lowering(_entries_p, mlir.lower_fun(_entries_impl, multiple_results=True))
 mlir.register_lowering(_entries_p, mlir.lower_fun(_entries_read_whole, multiple_results=True), platform="cpu")
 batching.primitive_batchers[_entries_p] = _entries_batch
 ad.primitive_jvps[_entries_p] = _entries_jvp
 ad.primitive_transposes[_entries_p] = _entries_transpose
+
+
+def _stored_scalars(*values):
+    """The values, each computed into a buffer of its own: the results of one conditional (as
+    :func:`_stored`, its predicate reading the first value's first entry)."""
+    first = values[0].reshape(-1)[0]
+    return jax.lax.cond(first == first, lambda *v: v, lambda *v: tuple(x * jnp.ones((), x.dtype) for x in v), *values)
+
+
+# the identity on its operands; on a CPU, in a program for one device compiled by XLA's fusion
+# emitters (a plain jax.jit), lowered to _stored_scalars (elsewhere the identity: XLA:GPU forms its
+# fusions differently, and a conditional there synchronizes; a partitioned program's predicate
+# would be gathered from one device; XLA:CPU's classic loop emitter, which jaxarm.jit selects,
+# compiled the fused form well, and the stored form ran slower there: a 200-step Panda rollout's
+# whole-arm gradient 19.0 -> 27.9 ms)
+_stored_scalars_p = Primitive("jaxarm_stored_scalars")
+_stored_scalars_p.multiple_results = True
+_stored_scalars_p.def_impl(lambda *values: list(values))
+_stored_scalars_p.def_abstract_eval(lambda *values: list(values))
+mlir.register_lowering(_stored_scalars_p, lambda ctx, *values: list(values))
+_STORED_SCALARS = mlir.lower_fun(_stored_scalars, multiple_results=True)
+
+
+def _stored_scalars_cpu(ctx, *values):
+    if _one_device(ctx) and _xla.fusion_emitters_active():
+        return _STORED_SCALARS(ctx, *values)
+    return list(values)
+
+
+mlir.register_lowering(_stored_scalars_p, _stored_scalars_cpu, platform="cpu")
+# batched (a jax.vmap around a loop whose transposed body holds it, which the transpose cannot
+# see): the identity, as under a vmap seen at the transpose (entries)
+batching.primitive_batchers[_stored_scalars_p] = lambda args, dims: (list(args), list(dims))
+ad.primitive_jvps[_stored_scalars_p] = lambda primals, tangents: (_stored_scalars_p.bind(*primals), list(tangents))
+ad.primitive_transposes[_stored_scalars_p] = lambda cts, *values: list(cts)
 
 _cotangent_once_p = Primitive("jaxarm_cotangent_once")
 _materialized_p = Primitive("jaxarm_materialized")

@@ -40,9 +40,16 @@ def joint_frames(bodies, is_revolute, q, sincos=algebra.sincos):
     and its third is R0's; prismatic: R = R0, p = p0 + q R0 z. ``sincos``: how the joint angles'
     sines and cosines are evaluated (NumPy's, where q is a list of NumPy columns evaluated on
     the host: :mod:`jaxarm.identify.linear_model`).
+
+    The joint angles are read whole on a CPU (the batched loop stays vectorized), and where the
+    bodies' placements are traced their cotangents are stored before they are put together
+    (:func:`jaxarm.dynamics.algebra.entries`): with the whole arm differentiated, each angle's
+    cotangent is the reverse sweep through every body's traced parameters (with the kinematics
+    known, the stored form measured slower: it is left out there).
     """
     frames = []
-    q = algebra.entries(q, whole=True)  # read whole on a CPU: the batched loop stays vectorized (entries)
+    traced = _STORED_ANGLE_COTANGENTS and any(isinstance(x, jax.core.Tracer) for x in (bodies.rotation, bodies.translation))
+    q = algebra.entries(q, whole=True, stored=traced)
     for i, rev in enumerate(is_revolute):
         R0, p0 = bodies.rotation[i], bodies.translation[i]
         rows = algebra._mat(R0)
@@ -55,6 +62,11 @@ def joint_frames(bodies, is_revolute, q, sincos=algebra.sincos):
             p = tuple(algebra.plus(p[k], algebra.mul(rows[k][2], q[i])) for k in range(3))
         frames.append((R, p))
     return frames
+
+# False: the joint angles' cotangents are put together as they are computed (for before/after
+# measurements: experiments/arm_rollout_gradient_jits.py)
+_STORED_ANGLE_COTANGENTS = True
+
 
 def _body_model_numpy(arm):
     """``body_model`` of a concrete arm, computed in NumPy: milliseconds, where a jitted body model
