@@ -13,6 +13,7 @@ of the gradient's time (under ``jaxarm.jit`` the time loop is one kernel, not lo
 
     python experiments/arm_rollout_gradient_jits.py
     python experiments/arm_rollout_gradient_jits.py --arms panda --wrt arm --steps 200 --profile
+    python experiments/arm_rollout_gradient_jits.py --arms panda --wrt arm --unstored   # before and after, one process
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np  # noqa: E402
 
 import jaxarm  # noqa: E402
 from jaxarm.core import xla  # noqa: E402
+from jaxarm.dynamics import kinematics  # noqa: E402
 from jaxarm.identify.linear_model import arm_with_parameters, standard_parameters  # noqa: E402
 
 
@@ -60,7 +62,7 @@ def hottest_kernel(compiled, args, calls=2):
     return name, round(ns / calls / 1e6, 2), count[name] // calls
 
 
-def measure(name, wrt, steps, repeats, profile):
+def measure(name, wrt, steps, repeats, profile, unstored=False):
     arm = jaxarm.load_arm(name)
     n = arm.n
     rng = np.random.default_rng(0)
@@ -74,8 +76,12 @@ def measure(name, wrt, steps, repeats, profile):
         return jnp.sum(jaxarm.rollout(arm_of(x), q0, qd0, u, 1e-3, method="rk3").q ** 2)
 
     args = (x0, q0, qd0, u)
-    for label in ("plain jax.jit", "jaxarm.jit"):
-        plain = label == "plain jax.jit"
+    labels = ("plain jax.jit", "jaxarm.jit")
+    for label in labels + (("plain jax.jit, unstored",) if unstored else ()):
+        plain = label.startswith("plain jax.jit")
+        # (the joint angles' cotangents stored apart under a plain jax.jit, or put together as
+        # they are computed: kinematics._STORED_ANGLE_COTANGENTS)
+        kinematics._STORED_ANGLE_COTANGENTS = not label.endswith("unstored")
         fn = jax.grad(lambda *v: loss(*v))  # a new function each time: jax caches a trace by function
         start = time.perf_counter()
         with contextlib.ExitStack() as stack:
@@ -105,10 +111,13 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--profile", action="store_true", help="also the kernel with the most time in a profile")
+    ap.add_argument("--unstored", action="store_true",
+                    help="also under a plain jax.jit with the joint angles' cotangents put together as they are "
+                         "computed (before they were stored apart; the same program with the kinematics known)")
     args = ap.parse_args(argv)
     for name in args.arms.split(","):
         for wrt in args.wrt.split(","):
-            measure(name, wrt, args.steps, args.repeats, args.profile)
+            measure(name, wrt, args.steps, args.repeats, args.profile, args.unstored)
 
 
 if __name__ == "__main__":

@@ -510,9 +510,10 @@ def entries(x, *, whole=False, stored=False):
 
     ``stored``: in reverse mode, for a single vector (not batched, nor under a ``jax.vmap``),
     the entries' cotangents are first computed into buffers of their own (:func:`_stored_scalars`,
-    on a CPU), and the select chain then reads them. Where the cotangents are the reverse sweep of a traced arm (a
-    rollout's gradient with respect to the arm: the joint angles' cotangents read every body's
-    parameters), XLA:CPU otherwise fused the whole sweep into the chain's fusion, and its fusion
+    on a CPU), and the select chain then reads them. Where the cotangents are the reverse sweep
+    of a traced arm (a rollout's gradient with respect to the arm: the joint angles' cotangents
+    read every body's parameters), XLA:CPU otherwise fused the whole sweep into the chain's
+    fusion, and its fusion
     emitters (a plain ``jax.jit``'s default) compiled that vector-valued fusion into code that
     took about 1.5 ms a call where the arithmetic is a few microseconds: a 200-step rollout's
     gradient with respect to a 7-joint arm took 572 ms a call, 63 ms stored (XLA's classic loop

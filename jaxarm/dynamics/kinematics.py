@@ -63,8 +63,9 @@ def joint_frames(bodies, is_revolute, q, sincos=algebra.sincos):
         frames.append((R, p))
     return frames
 
+
 # False: the joint angles' cotangents are put together as they are computed (for before/after
-# measurements: experiments/arm_rollout_gradient_jits.py)
+# measurements: experiments/arm_rollout_gradient_jits.py --unstored)
 _STORED_ANGLE_COTANGENTS = True
 
 
