@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover
     from jax.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from ..core import tracers, xla as _xla
+from ..core import xla as _xla
 from ..model.checks import _is_concrete as _concrete
 
 # --------------------------------------------------------------------------------------
@@ -591,7 +591,8 @@ def _entries_transpose(cts, x, whole=False, stored=False):
     live = [(i, c) for i, c in enumerate(cts) if type(c) is not ad.Zero]
     if not live:
         return [_zero(aval)]
-    if stored and len(aval.shape) == 1 and len(live) > 1 and tracers.vmapped_size([c for _, c in live]) == 1:  # (see entries)
+    # (see entries; under a jax.vmap the primitive's batching rule is the identity)
+    if stored and len(aval.shape) == 1 and len(live) > 1:
         kept = _stored_scalars_p.bind(*(jnp.asarray(c, aval.dtype) for _, c in live))
         live = [(i, c) for (i, _), c in zip(live, kept)]
     position = jax.lax.broadcasted_iota(np.int32, aval.shape, len(aval.shape) - 1)
@@ -622,10 +623,9 @@ ad.primitive_transposes[_entries_p] = _entries_transpose
 
 
 def _stored_scalars(*values):
-    """The values, each computed into a buffer of its own: the results of one conditional (as
-    :func:`_stored`, its predicate reading the first value's first entry)."""
-    first = values[0].reshape(-1)[0]
-    return jax.lax.cond(first == first, lambda *v: v, lambda *v: tuple(x * jnp.ones((), x.dtype) for x in v), *values)
+    """The values, each computed into a buffer of its own: the results of one conditional
+    (:func:`_stored`'s, its predicate reading the first value's first entry)."""
+    return _stored_all(values, values[0])
 
 
 # the identity on its operands; on a CPU, in a program for one device compiled by XLA's fusion
@@ -649,8 +649,8 @@ def _stored_scalars_cpu(ctx, *values):
 
 
 mlir.register_lowering(_stored_scalars_p, _stored_scalars_cpu, platform="cpu")
-# batched (a jax.vmap around a loop whose transposed body holds it, which the transpose cannot
-# see): the identity, as under a vmap seen at the transpose (entries)
+# batched (a jax.vmap around the transpose, or around a loop whose transposed body holds it): the
+# identity (entries' stored form is for a single vector)
 batching.primitive_batchers[_stored_scalars_p] = lambda args, dims: (list(args), list(dims))
 ad.primitive_jvps[_stored_scalars_p] = lambda primals, tangents: (_stored_scalars_p.bind(*primals), list(tangents))
 ad.primitive_transposes[_stored_scalars_p] = lambda cts, *values: list(cts)
@@ -685,8 +685,14 @@ def _stored(x, witness=None):
     before."""
     if x.size == 0:
         return x
-    first = (x if witness is None else witness).reshape(-1)[0]
-    return jax.lax.cond(first == first, lambda v: v, lambda v: v * jnp.ones((), v.dtype), x)
+    return _stored_all((x,), x if witness is None else witness)[0]
+
+
+def _stored_all(values, witness):
+    """The values (a tuple) as the results of one conditional whose predicate reads the first
+    entry of ``witness`` (see :func:`_stored`)."""
+    first = witness.reshape(-1)[0]
+    return jax.lax.cond(first == first, lambda *v: v, lambda *v: tuple(x * jnp.ones((), x.dtype) for x in v), *values)
 
 
 for _p, _into in ((_cotangent_once_p, _materialized_p), (_materialized_p, _cotangent_once_p)):
